@@ -1,0 +1,130 @@
+"""Configuration of a kiln run: what the loop does, and how the model is compiled.
+
+Both are plain dataclasses validated in ``__post_init__`` (litgpt style), so a bad value
+fails before any work starts, with a message that lists what is valid. kiln.experiments
+registers them in Hydra's ConfigStore; kiln.core never imports Hydra.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true")
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _check_choice(name: str, value: object, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ValueError(f"{name}={value!r} is not valid; choose one of: {', '.join(valid)}")
+
+
+def _check_positive(name: str, value: int | float | None, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if value is None or value < 1:
+        raise ValueError(f"{name}={value!r} is not valid; it must be an integer >= 1")
+
+
+@dataclass
+class CompileConfig:
+    """How ``torch.compile`` is applied to the module before ``fabric.setup``."""
+
+    mode: str = "none"
+    """``none`` (eager), ``default``, ``reduce-overhead`` (CUDA graphs), ``max-autotune``,
+    ``max-autotune-no-cudagraphs``."""
+    backend: str = "inductor"
+    """A dynamo backend: ``inductor``, ``aot_eager`` (fast to compile, for tests), ``eager``."""
+    fullgraph: bool = False
+    """Fail on any graph break instead of falling back to Python."""
+    dynamic: bool | None = None
+    """``None`` lets dynamo decide (static first, dynamic after a shape changes)."""
+    recompile_warn_threshold: int = 8
+    """Warn, naming the guard that failed, once the run has recompiled this many times."""
+
+    def __post_init__(self) -> None:
+        _check_choice("compile.mode", self.mode, COMPILE_MODES)
+        if not isinstance(self.backend, str) or not self.backend:
+            raise ValueError(f"compile.backend={self.backend!r} is not valid; name a dynamo backend")
+        _check_positive("compile.recompile_warn_threshold", self.recompile_warn_threshold)
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "none"
+
+    def torch_compile_kwargs(self) -> dict:
+        """Keyword arguments for ``torch.compile`` (the inductor mode only applies to inductor)."""
+        kwargs: dict = {"backend": self.backend, "fullgraph": self.fullgraph, "dynamic": self.dynamic}
+        if self.backend == "inductor" and self.mode != "default":
+            kwargs["mode"] = self.mode
+        return kwargs
+
+
+@dataclass
+class TrainerConfig:
+    """What the Fabric loop does. Steps are optimizer steps (windows of micro-batches)."""
+
+    max_steps: int = 100
+    """Optimizer steps to train for; the run stops at whichever of max_steps/max_epochs comes first."""
+    max_epochs: int | None = None
+    """Epochs to train for, or ``None`` for no limit (then ``max_steps`` decides)."""
+    accumulate_grad_batches: int = 1
+    """Micro-batches per optimizer step. The update equals one batch holding all of them."""
+    gradient_clip_norm: float | None = None
+    """Clip the global gradient norm to this value; ``None`` disables clipping."""
+    precision: str = "32-true"
+    """Fabric precision: ``32-true``, ``bf16-mixed``, ``16-mixed``, ``bf16-true`` (``64-true`` for tests)."""
+    accelerator: str = "auto"
+    """``auto``, ``cpu``, ``cuda``, ``mps``."""
+    devices: int = 1
+    """Processes (one per device) on this node."""
+    num_nodes: int = 1
+    """Nodes in the job (multi-node runs are started by torchrun or SLURM)."""
+    strategy: str = "auto"
+    """Fabric strategy: ``auto`` (``ddp`` when there are several processes), ``ddp``, ``fsdp``."""
+    seed: int = 0
+    """Seeds python, numpy and torch on every rank, and the data order."""
+    deterministic: bool = False
+    """Use deterministic algorithms (needed for bit-exact resume)."""
+    val_every_n_steps: int | None = None
+    """Validate every N optimizer steps; validation always runs at the end of training."""
+    limit_val_batches: int | None = None
+    """Validate on at most this many batches per rank (``None``: the whole set)."""
+    log_every_n_steps: int = 10
+    """Log the training loss every N optimizer steps (each log is a host sync point)."""
+    checkpoint_dir: str | None = None
+    """Where checkpoints go; ``None`` disables checkpointing."""
+    checkpoint_every_n_steps: int | None = None
+    """Save every N optimizer steps; a final checkpoint is always saved when checkpoint_dir is set."""
+    keep_last_k: int = 2
+    """How many of the newest checkpoints to keep."""
+    resume: str | None = None
+    """``None`` (fresh run), ``"auto"`` (newest complete checkpoint in checkpoint_dir, if any),
+    or a checkpoint path."""
+    warmup_steps: int = 3
+    """Optimizer steps excluded from the steady-state step time (compilation, caches)."""
+    progress: bool = True
+    """Show a progress bar on rank 0 (plain log lines when output is not a terminal)."""
+
+    def __post_init__(self) -> None:
+        _check_positive("trainer.max_steps", self.max_steps)
+        _check_positive("trainer.max_epochs", self.max_epochs, allow_none=True)
+        _check_positive("trainer.accumulate_grad_batches", self.accumulate_grad_batches)
+        _check_choice("trainer.precision", self.precision, PRECISIONS)
+        _check_positive("trainer.devices", self.devices)
+        _check_positive("trainer.num_nodes", self.num_nodes)
+        _check_positive("trainer.val_every_n_steps", self.val_every_n_steps, allow_none=True)
+        _check_positive("trainer.limit_val_batches", self.limit_val_batches, allow_none=True)
+        _check_positive("trainer.log_every_n_steps", self.log_every_n_steps)
+        _check_positive("trainer.checkpoint_every_n_steps", self.checkpoint_every_n_steps, True)
+        _check_positive("trainer.keep_last_k", self.keep_last_k)
+        if self.gradient_clip_norm is not None and self.gradient_clip_norm <= 0:
+            raise ValueError(
+                f"trainer.gradient_clip_norm={self.gradient_clip_norm!r} is not valid; "
+                "use a positive float, or null to disable clipping"
+            )
+        if self.warmup_steps < 0:
+            raise ValueError(f"trainer.warmup_steps={self.warmup_steps!r} must be >= 0")
+        if self.resume is not None and self.resume != "auto" and not isinstance(self.resume, str):
+            raise ValueError(f"trainer.resume={self.resume!r}: use null, 'auto' or a checkpoint path")
+        if self.resume == "auto" and self.checkpoint_dir is None:
+            raise ValueError("trainer.resume='auto' needs trainer.checkpoint_dir to look in")

@@ -1,0 +1,71 @@
+"""The module contract: what kiln.core's loop asks of a LightningModule.
+
+The LightningModule defines the hooks and the Fabric loop calls them (the seed style):
+
+- ``training_step(batch, batch_idx) -> {"loss": Tensor, "num_items": int | Tensor}``:
+  the micro-batch's *mean* loss and how many items it averaged over (samples, or
+  non-padding label tokens for language models). Extra keys are ignored.
+- ``count_items(batch) -> int | Tensor`` (optional): the same count, computed from the
+  batch alone. The loop pre-fetches a window of micro-batches and needs the window's
+  item total *before* the first backward. Without the hook the count is the batch size
+  (the first dimension of the first tensor in the batch); the loop checks, on the first
+  window, that it agrees with what ``training_step`` reports.
+- ``validation_step(batch, batch_idx) -> dict[str, Tensor]``: per-sample values, each
+  tensor with the batch as its first dimension (predictions and labels, or per-sample
+  loss sums and token counts). The loop concatenates them over the validation set,
+  gathers them across ranks in dataset order (dropping the distributed sampler's
+  padding duplicates) and hands them to:
+- ``validation_metrics(outputs: dict[str, Tensor]) -> dict[str, float]``: the metrics
+  of the whole validation set. Logged as ``val/<name>``.
+- ``configure_optimizers()``: an optimizer, or ``{"optimizer": opt, "lr_scheduler": sched}``
+  (``sched`` may also be ``{"scheduler": sched, ...}``). The scheduler steps once per
+  applied optimizer step. Before calling it the loop sets ``module.total_steps``: the
+  optimizer steps the run will take, for warm-up and decay schedules.
+- ``train_dataloader()`` / ``val_dataloader()``: map-style DataLoaders. The loop rebuilds
+  the training loader's sampler so the data order depends only on (seed, epoch), which
+  makes mid-epoch resume exact.
+- ``on_*`` hooks (``on_fit_start``, ``on_train_epoch_start``, ``on_validation_start``,
+  ``on_fit_end``, ...) are called through ``fabric.call`` if defined.
+
+The loop compiles the whole module (``torch.compile(module)``) before ``fabric.setup``;
+Fabric routes ``training_step``/``validation_step`` through the compiled ``forward``,
+so whatever they compute is compiled. Keep them free of ``.item()`` and Python-side
+state that changes from step to step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+
+def default_count_items(batch: Any) -> int:
+    """Batch size of ``batch``: the first dimension of its first tensor."""
+    tensor = _first_tensor(batch)
+    if tensor is None:
+        raise TypeError(
+            f"cannot count the items of a batch of type {type(batch).__name__}: it holds no "
+            "tensor; define count_items(batch) on the module"
+        )
+    return int(tensor.shape[0])
+
+
+def count_items(module: Any, batch: Any) -> int | torch.Tensor:
+    """Items in ``batch`` as the module counts them (``count_items`` hook or batch size)."""
+    hook = getattr(module, "count_items", None)
+    return hook(batch) if callable(hook) else default_count_items(batch)
+
+
+def _first_tensor(obj: Any) -> torch.Tensor | None:
+    if isinstance(obj, torch.Tensor):
+        return obj
+    if isinstance(obj, Mapping):
+        obj = list(obj.values())
+    if isinstance(obj, Sequence) and not isinstance(obj, str):
+        for item in obj:
+            found = _first_tensor(item)
+            if found is not None:
+                return found
+    return None

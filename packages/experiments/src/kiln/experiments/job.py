@@ -1,0 +1,140 @@
+"""What a Hydra job knows about itself, and the JSON file every job leaves behind.
+
+Shared by ``kiln-train`` (``summary.json``) and ``kiln-bench`` (``bench.json``): both read
+their identity from :class:`JobInfo`, describe the machine with :func:`machine_info` and
+write their result with :func:`write_job_json`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import socket
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Overrides that choose where or how a job runs, not what it trains: kept out of run names.
+_NAME_EXCLUDED_KEYS = ("hydra", "launcher", "sweep", "logger", "paths")
+
+
+@dataclass
+class JobInfo:
+    """Identity of one Hydra job (one run).
+
+    Built from ``HydraConfig`` inside a job with :meth:`from_hydra`; a plain dataclass so it
+    travels to worker processes.
+    """
+
+    output_dir: str
+    """The job's own directory; everything the job writes goes below it."""
+    overrides: list[str] = field(default_factory=list)
+    """The job's task overrides (``hydra.overrides.task``), e.g. ``["precision=bf16-mixed"]``."""
+    job_name: str = "train"
+    """Hydra's job name (the entrypoint's name unless ``hydra.job.name`` is set)."""
+    job_num: int = 0
+    """Index of the job in its sweep (0 for a single run)."""
+    sweep_dir: str | None = None
+    """The multirun directory holding all job directories; ``None`` for a single run."""
+    sweep_name: str | None = None
+    """The chosen ``sweep=`` config, if any."""
+    choices: dict[str, str] = field(default_factory=dict)
+    """Which option each config group took (``hydra.runtime.choices``)."""
+
+    @classmethod
+    def from_hydra(cls) -> JobInfo:
+        """Read the running job's identity from ``HydraConfig`` (call inside a Hydra job)."""
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+        multirun = hc.mode == RunMode.MULTIRUN
+        choices = {str(k): str(v) for k, v in hc.runtime.choices.items() if v is not None}
+        return cls(
+            output_dir=str(hc.runtime.output_dir),
+            overrides=[str(o) for o in hc.overrides.task],
+            job_name=str(hc.job.name),
+            job_num=int(hc.job.num) if multirun and hc.job.get("num") is not None else 0,
+            sweep_dir=str(Path(hc.sweep.dir).resolve()) if multirun else None,
+            sweep_name=choices.get("sweep"),
+            choices={k: v for k, v in choices.items() if not k.startswith("hydra/")},
+        )
+
+    @property
+    def run_name(self) -> str:
+        """A readable name made from the overrides that change what is trained.
+
+        ``precision=bf16-mixed compile=default`` -> ``"precision=bf16-mixed,compile=default"``;
+        a job without such overrides is named after the experiment (or ``"default"``).
+        """
+        parts = [
+            o
+            for o in self.overrides
+            if o.lstrip("+~").split("=")[0].split(".")[0] not in _NAME_EXCLUDED_KEYS
+        ]
+        if parts:
+            return ",".join(parts)
+        return self.choices.get("experiment", "default")
+
+    @property
+    def group(self) -> str | None:
+        """The sweep this job belongs to: ``<sweep name or job name>/<sweep dir name>``."""
+        if self.sweep_dir is None:
+            return None
+        return f"{self.sweep_name or self.job_name}/{Path(self.sweep_dir).name}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def machine_info() -> dict[str, Any]:
+    """The machine a job ran on: device name, torch and CUDA versions, host name."""
+    import torch
+
+    device = "cpu"
+    if torch.cuda.is_available():
+        device = torch.cuda.get_device_name(0)
+    return {
+        "device": device,
+        "device_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
+        "python": platform.python_version(),
+        "hostname": socket.gethostname(),
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON values: tensors and numpy scalars become numbers, NaN/inf become null."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # strict JSON has no NaN; the status/error fields say what went wrong
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)
+
+
+def write_job_json(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` as strict JSON to ``path`` atomically (a reader never sees half a file).
+
+    Args:
+        path: Destination file, usually ``<job output dir>/summary.json`` or ``bench.json``.
+        payload: The job's record; tensors, numpy scalars and non-finite floats are converted.
+
+    Returns:
+        The path written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(_jsonable(payload), indent=2, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+    return path

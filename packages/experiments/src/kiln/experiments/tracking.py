@@ -1,0 +1,177 @@
+"""The one place that talks to Weights & Biases (and the CSV/no-logger alternatives).
+
+One Hydra job is one W&B run. The job process opens the run, hands Fabric logger(s) to
+``kiln.core.fit`` (they pickle, so worker processes started by ``kiln.core.launch`` attach
+to the same run), writes the final summary and finishes the run whatever happens::
+
+    with Tracker(cfg.logger, job, config=resolved, tags=tags) as tracker:
+        result = fit(module, ..., loggers=tracker.loggers)
+        tracker.summarize({"val/accuracy": 0.9, ...})
+    # an exception inside the block finishes the run as failed, with the reason
+
+The run lives in ``<job output dir>/wandb/`` and is offline unless ``logger.mode=online``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightning.fabric.loggers import CSVLogger, Logger
+
+from kiln.experiments.job import JobInfo
+
+BACKENDS = ("wandb", "csv", "none")
+WANDB_MODES = ("offline", "online", "disabled")
+STEP_METRIC = "trainer/global_step"
+"""The x-axis of every W&B chart: wandb's Fabric logger adds it to each logged row."""
+
+
+@dataclass
+class LoggerConfig:
+    """Where a job's metrics go (the ``logger`` config group)."""
+
+    backend: str = "wandb"
+    """``wandb`` (one W&B run per job), ``csv`` (``<job dir>/csv/metrics.csv``) or ``none``."""
+    mode: str = "offline"
+    """W&B mode: ``offline`` (sync later with ``wandb sync``), ``online`` or ``disabled``."""
+    project: str = "kiln"
+    """W&B project."""
+    entity: str | None = None
+    """W&B entity (user or team); ``None`` uses your default."""
+    group: str | None = None
+    """W&B group; ``None`` groups the jobs of a sweep together (``<sweep>/<sweep dir>``)."""
+    job_type: str = "train"
+    """W&B job type (``train``, ``bench``, ...)."""
+    tags: list[str] = field(default_factory=list)
+    """Extra tags, added to the automatic model/precision/compile/devices tags."""
+    notes: str | None = None
+    """Free-text notes on the run."""
+    console: str = "off"
+    """W&B console capture: ``off``, ``wrap``, ``redirect`` or ``auto``."""
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(
+                f"logger.backend={self.backend!r} is not valid; "
+                f"choose one of: {', '.join(BACKENDS)}"
+            )
+        if self.mode not in WANDB_MODES:
+            raise ValueError(
+                f"logger.mode={self.mode!r} is not valid; choose one of: {', '.join(WANDB_MODES)}"
+            )
+
+
+class Tracker:
+    """A job's experiment tracking: the W&B run (or CSV logger) and its Fabric loggers.
+
+    Args:
+        cfg: The ``logger`` config.
+        job: The job's identity (output dir, overrides, sweep).
+        config: The resolved config, stored as the W&B run's config.
+        tags: Tags for this run (e.g. ``["model:minilm-cls", "precision:32-true"]``).
+        name: Run name; defaults to ``job.run_name`` (made from the overrides).
+    """
+
+    def __init__(
+        self,
+        cfg: LoggerConfig,
+        job: JobInfo,
+        *,
+        config: dict[str, Any] | None = None,
+        tags: list[str] | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.job = job
+        self.config = config or {}
+        self.tags = list(dict.fromkeys([*(tags or []), *cfg.tags]))  # de-duplicated, in order
+        self.name = name or job.run_name
+        self.run: Any = None
+        self.loggers: list[Logger] = []
+        self.finished = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> Tracker:
+        """Open the run and build the Fabric loggers (``self.loggers``)."""
+        if self.cfg.backend == "wandb":
+            self._start_wandb()
+        elif self.cfg.backend == "csv":
+            self.loggers = [CSVLogger(root_dir=self.job.output_dir, name="csv", version="")]
+        return self
+
+    def _start_wandb(self) -> None:
+        import wandb
+        from wandb.integration.lightning.fabric import WandbLogger
+
+        self.run = wandb.init(
+            project=self.cfg.project,
+            entity=self.cfg.entity,
+            group=self.cfg.group or self.job.group,
+            job_type=self.cfg.job_type,
+            name=self.name,
+            tags=self.tags,
+            notes=self.cfg.notes,
+            config=self.config,
+            dir=self.job.output_dir,
+            mode=self.cfg.mode,
+            reinit="create_new",  # sweeps run several jobs in one process, one run each
+            settings=wandb.Settings(console=self.cfg.console, silent=True),
+        )
+        self.run.define_metric(STEP_METRIC)
+        self.run.define_metric("*", step_metric=STEP_METRIC, step_sync=True)
+        # The logger pickles down to the run's attach id: a worker process re-attaches.
+        self.loggers = [WandbLogger(experiment=self.run)]
+
+    def summarize(self, values: dict[str, Any]) -> None:
+        """Write ``values`` (final metrics, telemetry, status) into the run's summary."""
+        if self.run is not None:
+            self.run.summary.update(_flatten(values))
+
+    def finish(self, status: str = "ok", error: str | None = None) -> None:
+        """Finish the run once; ``status="failed"`` marks it failed with ``error`` as reason."""
+        if self.finished:
+            return
+        self.finished = True
+        for logger in self.loggers:
+            if isinstance(logger, CSVLogger):
+                logger.finalize(status)
+        if self.run is not None:
+            self.run.summary.update({"status": status, "error": error})
+            self.run.finish(exit_code=0 if status == "ok" else 1)
+
+    def __enter__(self) -> Tracker:
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc is None:
+            self.finish("ok")
+        else:
+            self.finish("failed", error=f"{exc_type.__name__}: {exc}")
+
+    # -- what the job records ----------------------------------------------------------------
+
+    @property
+    def info(self) -> dict[str, str] | None:
+        """``{"run_id", "dir", "mode"}`` of the W&B run, or ``None`` without one."""
+        if self.run is None:
+            return None
+        return {
+            "run_id": self.run.id,
+            "dir": os.fspath(self.run.dir).removesuffix("/files"),
+            "mode": self.cfg.mode,
+        }
+
+
+def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"telemetry": {"recompiles": 0}}`` -> ``{"telemetry/recompiles": 0}``."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{name}/"))
+        else:
+            flat[name] = value
+    return flat

@@ -1,0 +1,115 @@
+"""Read an offline W&B run back from its ``.wandb`` file, without uploading it.
+
+wandb 0.31 writes the run as a transaction log (LevelDB log format: 32 KiB blocks of
+CRC-checked chunks, each record a ``wandb_internal_pb2.Record``) and no longer ships a
+Python reader, so this is a small one: enough to check that every logged step is there,
+or to look at an offline run before ``wandb sync``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+_FILE_HEADER = struct.Struct("<4sHB")  # ident b":W&B", magic 0xBEE1, version
+_CHUNK_HEADER = struct.Struct("<IHB")  # crc32, length, type
+_BLOCK = 32768
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+
+
+def find_run_file(path: str | Path) -> Path:
+    """The ``.wandb`` file of a run directory (or of the only run below ``path``)."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    files = sorted(path.rglob("*.wandb"))
+    if len(files) != 1:
+        raise FileNotFoundError(f"expected exactly one .wandb file under {path}, found {files}")
+    return files[0]
+
+
+def _chunks(data: bytes) -> Iterator[tuple[int, bytes]]:
+    pos = _FILE_HEADER.size
+    while pos + _CHUNK_HEADER.size <= len(data):
+        left_in_block = _BLOCK - pos % _BLOCK
+        if left_in_block < _CHUNK_HEADER.size:  # block trailer is zero padding
+            pos += left_in_block
+            continue
+        crc, length, kind = _CHUNK_HEADER.unpack_from(data, pos)
+        if kind == 0 and length == 0:
+            return  # preallocated, never-written tail
+        body = data[pos + _CHUNK_HEADER.size : pos + _CHUNK_HEADER.size + length]
+        if zlib.crc32(bytes([kind]) + body) & 0xFFFFFFFF != crc:
+            raise ValueError(f"corrupt chunk at byte {pos}: bad checksum")
+        yield kind, body
+        pos += _CHUNK_HEADER.size + length
+
+
+def read_records(path: str | Path) -> Iterator[Any]:
+    """Every ``Record`` protobuf of a run's ``.wandb`` file, in order."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = find_run_file(path).read_bytes()
+    ident, magic, _version = _FILE_HEADER.unpack_from(data, 0)
+    if ident != b":W&B" or magic != 0xBEE1:
+        raise ValueError(f"{path} is not a W&B transaction log")
+    pending = b""
+    for kind, body in _chunks(data):
+        if kind in (_FULL, _FIRST):
+            pending = body
+        else:
+            pending += body
+        if kind in (_FULL, _LAST):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            yield record
+
+
+def _item_key(item: Any) -> str:
+    return "/".join(item.nested_key) if item.nested_key else item.key
+
+
+def read_history(path: str | Path) -> list[dict[str, Any]]:
+    """The run's history: one dict per ``log`` call (``_step`` plus the logged values)."""
+    rows = []
+    for record in read_records(path):
+        if record.WhichOneof("record_type") == "history":
+            rows.append({_item_key(i): json.loads(i.value_json) for i in record.history.item})
+    return rows
+
+
+def read_summary(path: str | Path) -> dict[str, Any]:
+    """The run's final summary (the last value of every key written to it)."""
+    summary: dict[str, Any] = {}
+    for record in read_records(path):
+        if record.WhichOneof("record_type") == "summary":
+            for item in record.summary.update:
+                summary[_item_key(item)] = json.loads(item.value_json)
+            for item in record.summary.remove:
+                summary.pop(_item_key(item), None)
+    return summary
+
+
+def read_run(path: str | Path) -> dict[str, Any]:
+    """Name, group, job type, tags, config and exit code of the run."""
+    info: dict[str, Any] = {}
+    for record in read_records(path):
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            run = record.run
+            info.update(
+                id=run.run_id,
+                name=run.display_name,
+                group=run.run_group,
+                job_type=run.job_type,
+                tags=list(run.tags),
+                project=run.project,
+            )
+            info["config"] = {u.key: json.loads(u.value_json) for u in run.config.update}
+        elif kind == "exit":
+            info["exit_code"] = record.exit.exit_code
+    return info

@@ -1,0 +1,374 @@
+"""Checkpoints: atomic saves, keep-last-K pruning, resume lookup, and per-rank RNG state.
+
+A checkpoint is ``<dir>/step-<global_step:08d>.ckpt``, written by ``fabric.save`` to a temporary
+name in the same directory and renamed into place only once it is complete, so a crash
+mid-write never spoils the newest good checkpoint. Module state dicts never carry
+``torch.compile``'s ``_orig_mod.`` prefix, so eager and compiled runs share checkpoints.
+Everything is stored as tensors and plain Python values, so checkpoints load with
+``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import warnings
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from lightning.fabric import Fabric
+from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
+from lightning.fabric.wrappers import _unwrap_objects
+from torch._dynamo.eval_frame import OptimizedModule
+
+_CHECKPOINT_NAME = re.compile(r"^step-(\d+)\.ckpt$")
+_TEMP_SUFFIX = ".tmp"
+_COMPILED_PREFIX = "_orig_mod."
+# fabric.load restores these strategies' module state from one plain state dict, which lets
+# us check keys and strip prefixes first; sharded strategies (FSDP, ...) go through fabric.load.
+_PLAIN_STATE_STRATEGIES = (SingleDeviceStrategy, DDPStrategy)
+
+
+# -- RNG state ----------------------------------------------------------------------------
+
+
+def capture_rng_state() -> dict:
+    """This process's RNG states: python ``random``, numpy, torch CPU and every CUDA device.
+
+    The numpy state is stored as a tensor and plain values so the checkpoint stays loadable
+    with ``weights_only=True``.
+    """
+    name, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {
+            "name": name,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict) -> None:
+    """Restore the RNG states captured by :func:`capture_rng_state`.
+
+    CUDA states are restored for the devices both the checkpoint and this machine have.
+    """
+    for key in ("python", "numpy", "torch"):
+        if key not in state:
+            raise ValueError(
+                f"RNG state is missing {key!r} (has {sorted(state)}); "
+                "expected the dict returned by capture_rng_state()"
+            )
+    version, internal, gauss_next = state["python"]
+    # weights_only loading may turn the inner tuple into a list; random.setstate wants a tuple
+    random.setstate((version, tuple(internal), gauss_next))
+    np_state = state["numpy"]
+    np.random.set_state(
+        (
+            np_state["name"],
+            np_state["keys"].numpy().astype(np.uint32),
+            np_state["pos"],
+            np_state["has_gauss"],
+            np_state["cached_gaussian"],
+        )
+    )
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        for device, cuda_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state, device)
+
+
+def _gather_rng_states() -> list[dict]:
+    """Every rank's RNG state, indexed by global rank (a single entry without a process group)."""
+    local = capture_rng_state()
+    if not (dist.is_available() and dist.is_initialized()):
+        return [local]
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, local)
+    return gathered
+
+
+# -- names and lookup ---------------------------------------------------------------------
+
+
+def checkpoint_path(directory: str | Path, step: int) -> Path:
+    """Path of the checkpoint for optimizer step ``step``: ``directory/step-{step:08d}.ckpt``."""
+    if step < 0:
+        raise ValueError(f"step={step} is not valid; a checkpoint step must be >= 0")
+    return Path(directory) / f"step-{step:08d}.ckpt"
+
+
+def _list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of every file named like a checkpoint, oldest first; temp files excluded."""
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in directory.iterdir():
+        match = _CHECKPOINT_NAME.match(path.name)
+        if match:
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def _is_complete(path: Path) -> bool:
+    """Whether ``path`` looks like a whole checkpoint (cheap: no tensor is read)."""
+    if path.is_dir():
+        # torch.distributed.checkpoint writes its metadata file last
+        return (path / ".metadata").is_file()
+    # torch.save writes a zip archive whose central directory comes last: a truncated
+    # file has none
+    try:
+        return zipfile.is_zipfile(path)
+    except OSError:
+        return False
+
+
+def find_latest_checkpoint(directory: str | Path) -> Path | None:
+    """The newest complete ``step-*.ckpt`` in ``directory`` by step number, or ``None``.
+
+    Temporary files of interrupted saves are never considered; files that are named like
+    checkpoints but are truncated or unreadable are skipped with a warning.
+    """
+    for step, path in reversed(_list_checkpoints(Path(directory))):
+        if _is_complete(path):
+            return path
+        warnings.warn(
+            f"skipping checkpoint {path} (step {step}): the file is incomplete or unreadable",
+            stacklevel=2,
+        )
+    return None
+
+
+# -- saving -------------------------------------------------------------------------------
+
+
+def _strip_compiled_prefix(key: str) -> str:
+    return key.replace(_COMPILED_PREFIX, "")
+
+
+def _strip_compiled_keys(module: torch.nn.Module, state_dict: dict, prefix: str, *_: Any) -> None:
+    """State-dict post hook: drop ``_orig_mod.`` from the keys, in place, keeping their order."""
+    items = list(state_dict.items())
+    state_dict.clear()
+    for key, value in items:
+        if key.startswith(prefix):
+            key = prefix + _strip_compiled_prefix(key[len(prefix) :])
+        state_dict[key] = value
+
+
+@contextmanager
+def _without_compiled_prefixes(state: dict) -> Iterator[None]:
+    """While active, state dicts of the modules in ``state`` have no ``_orig_mod.`` keys.
+
+    Fabric already unwraps a compiled module it set up; this covers a bare compiled module
+    and compiled submodules (``model.encoder = torch.compile(encoder)``).
+    """
+    handles = []
+    for obj in _unwrap_objects(state).values():
+        if isinstance(obj, torch.nn.Module) and any(
+            isinstance(m, OptimizedModule) for m in obj.modules()
+        ):
+            handles.append(obj.register_state_dict_post_hook(_strip_compiled_keys))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _fsync(path: Path) -> None:
+    """Flush ``path`` (a file, or every file in a sharded checkpoint directory) to disk."""
+    files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+    for file in files:
+        with open(file, "rb") as handle:
+            os.fsync(handle.fileno())
+
+
+def _fsync_directory(directory: Path) -> None:
+    # makes the rename itself durable; not every platform can open a directory
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _prune(directory: Path, keep_last_k: int) -> None:
+    """Keep the newest ``keep_last_k`` checkpoints; remove leftovers of interrupted saves."""
+    for _, path in _list_checkpoints(directory)[:-keep_last_k]:
+        _remove(path)
+    # save_checkpoint is collective and has just renamed its own temp file, so any temp
+    # file left here belongs to an earlier, interrupted save
+    for path in directory.glob(f"step-*.ckpt{_TEMP_SUFFIX}"):
+        _remove(path)
+
+
+def save_checkpoint(
+    fabric: Fabric, directory: str | Path, step: int, state: dict, keep_last_k: int
+) -> Path:
+    """Save ``state`` atomically as the checkpoint of ``step``; keep the newest ``keep_last_k``.
+
+    Must be called on every rank. ``state`` maps names to Fabric-saveable objects (the
+    Fabric-wrapped model, optimizer, scheduler, grad scaler...) and plain values (global
+    step, epoch, batch position, run config). Every rank's :func:`capture_rng_state` is
+    stored under ``"rng"`` as a list indexed by global rank.
+
+    Args:
+        fabric: The run's Fabric.
+        directory: Checkpoint directory (created if missing).
+        step: The optimizer step the checkpoint holds (names the file).
+        state: What to save; ``"rng"`` is reserved.
+        keep_last_k: How many of the newest checkpoints to keep (>= 1).
+
+    Returns:
+        The checkpoint's final path.
+    """
+    if keep_last_k < 1:
+        raise ValueError(f"keep_last_k={keep_last_k} is not valid; keep at least 1 checkpoint")
+    if "rng" in state:
+        raise ValueError("state key 'rng' is reserved: it holds each rank's RNG state")
+    directory = Path(directory)
+    final = checkpoint_path(directory, step)
+    temp = final.with_name(final.name + _TEMP_SUFFIX)
+    if fabric.is_global_zero:
+        directory.mkdir(parents=True, exist_ok=True)
+        if temp.exists():
+            _remove(temp)
+    fabric.barrier()
+
+    to_save = {**state, "rng": _gather_rng_states()}
+    with _without_compiled_prefixes(to_save):
+        fabric.save(temp, to_save)  # ends with a barrier: every rank's part is written
+
+    if fabric.is_global_zero:
+        _fsync(temp)
+        if final.is_dir():  # os.replace cannot replace a non-empty directory
+            shutil.rmtree(final)
+        os.replace(temp, final)
+        _fsync_directory(directory)
+        _prune(directory, keep_last_k)
+    fabric.barrier()
+    return final
+
+
+# -- loading ------------------------------------------------------------------------------
+
+
+def _preview(keys: list[str], limit: int = 5) -> str:
+    shown = ", ".join(keys[:limit])
+    return f"{shown}, ... ({len(keys)} in all)" if len(keys) > limit else shown
+
+
+def _load_module(fabric: Fabric, path: Path, name: str, module: torch.nn.Module, saved: dict):
+    """Load ``saved`` into ``module`` with keys matched up to ``_orig_mod.`` prefixes."""
+    # the module's own keys (a compiled submodule keeps its prefix), by prefix-free name
+    actual = {_strip_compiled_prefix(k): k for k in fabric.strategy.get_module_state_dict(module)}
+    saved = {_strip_compiled_prefix(k): v for k, v in saved.items()}
+    missing = [k for k in actual if k not in saved]
+    unexpected = [k for k in saved if k not in actual]
+    if missing or unexpected:
+        lines = [f"checkpoint {path} does not match the model under {name!r}:"]
+        if missing:
+            lines.append(f"  missing keys: {_preview(missing)}")
+        if unexpected:
+            lines.append(f"  unexpected keys: {_preview(unexpected)}")
+        lines.append("Was it saved by a different model or configuration?")
+        raise RuntimeError("\n".join(lines))
+    try:
+        fabric.strategy.load_module_state_dict(
+            module, {actual[k]: v for k, v in saved.items()}, strict=True
+        )
+    except RuntimeError as error:  # e.g. a size mismatch: same names, other shapes
+        raise RuntimeError(
+            f"checkpoint {path} does not fit the model under {name!r}: {error}"
+        ) from error
+
+
+def _load_plain(fabric: Fabric, path: Path, state: dict) -> dict:
+    """What ``fabric.load(path, state)`` does, with key checks and prefix handling for modules."""
+    checkpoint = fabric.load(path)
+    absent = [k for k in state if k not in checkpoint]
+    if absent:
+        raise KeyError(
+            f"checkpoint {path} has no {absent} (it holds {sorted(checkpoint)}); "
+            "was it saved by a different kind of run?"
+        )
+    for name, obj in _unwrap_objects(state).items():
+        saved = checkpoint.pop(name)
+        if isinstance(obj, torch.nn.Module):
+            _load_module(fabric, path, name, obj, saved)
+        elif hasattr(obj, "load_state_dict"):  # optimizer, scheduler, grad scaler, ...
+            obj.load_state_dict(saved)
+        else:
+            state[name] = saved
+    return checkpoint
+
+
+def load_checkpoint(fabric: Fabric, path: str | Path, state: dict) -> dict:
+    """Restore the objects in ``state`` in place from ``path``; return the other saved values.
+
+    Must be called on every rank. Modules load strictly; a checkpoint of another model fails
+    with an error that names the checkpoint and lists missing and unexpected keys.
+    Checkpoints whose keys carry ``_orig_mod.`` (written by other tools) load too.
+
+    Args:
+        fabric: The run's Fabric (set up the objects in ``state`` first).
+        path: The checkpoint.
+        state: Objects to restore (model, optimizer, scheduler, ...), as given to
+            :func:`save_checkpoint`.
+
+    Returns:
+        The saved values not in ``state`` (global step, epoch, ...), with ``"rng"`` replaced
+        by this rank's RNG state, for the loop to pass to :func:`restore_rng_state` when it
+        is time. If the checkpoint came from fewer ranks than this run has, ranks without a
+        saved state get their current state (restoring it changes nothing), with a warning.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint {path} does not exist")
+    if isinstance(fabric.strategy, _PLAIN_STATE_STRATEGIES) and path.is_file():
+        remainder = _load_plain(fabric, path, state)
+    else:
+        try:
+            remainder = fabric.load(path, state)
+        except (KeyError, RuntimeError) as error:
+            raise RuntimeError(f"could not load checkpoint {path}: {error}") from error
+
+    rng_states = remainder.get("rng")
+    if rng_states is not None:
+        rank = fabric.global_rank
+        if rank < len(rng_states):
+            remainder["rng"] = rng_states[rank]
+        else:
+            warnings.warn(
+                f"checkpoint {path} holds RNG states of {len(rng_states)} ranks; rank {rank} "
+                "keeps its current RNG state, so random draws will differ from the saved run",
+                stacklevel=2,
+            )
+            remainder["rng"] = capture_rng_state()
+    return remainder

@@ -1,0 +1,124 @@
+"""What every kiln data module shares: loaders with static shapes, workers, caching."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+IGNORE_INDEX = -100
+"""Label value the losses and metrics skip (padding tokens, validation padding samples)."""
+
+
+def default_cache_dir() -> Path:
+    """Where kiln caches generated and tokenized datasets (``$KILN_CACHE`` or ~/.cache/kiln)."""
+    return Path(os.environ.get("KILN_CACHE", Path.home() / ".cache" / "kiln"))
+
+
+def world_size() -> int:
+    """Processes in the job (1 outside torch.distributed)."""
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+class PaddedValidationSet(Dataset):
+    """A validation set padded to a multiple of ``multiple`` so every batch has one shape.
+
+    The padding rows copy row 0 with every label set to ``IGNORE_INDEX``; the metrics
+    drop them. This keeps compiled validation to one graph, also under DDP.
+    """
+
+    def __init__(self, dataset: Any, multiple: int) -> None:
+        self.dataset = dataset
+        self.num_real = len(dataset)
+        self.length = -(-self.num_real // multiple) * multiple
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if index < self.num_real:
+            return self.dataset[index]
+        item = dict(self.dataset[0])
+        item["labels"] = torch.full_like(item["labels"], IGNORE_INDEX)
+        return item
+
+
+class DataModule:
+    """Base of kiln's data modules: batch sizes, workers and the two loaders.
+
+    Subclasses implement ``attach`` (check against the model, pick up its tokenizer or
+    transforms) and ``setup`` (build ``self.train_set`` / ``self.val_set``).
+
+    Args:
+        batch_size: Training micro-batch size per process (the last partial batch is dropped).
+        val_batch_size: Validation batch size (default: ``batch_size``).
+        num_workers: DataLoader worker processes (0: load in the main process).
+        seed: Seeds generation, splits and the default shuffling.
+    """
+
+    def __init__(
+        self,
+        batch_size: int = 32,
+        val_batch_size: int | None = None,
+        num_workers: int = 0,
+        seed: int = 0,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r} must be >= 1")
+        if num_workers < 0:
+            raise ValueError(f"num_workers={num_workers!r} must be >= 0")
+        self.batch_size = batch_size
+        self.val_batch_size = val_batch_size or batch_size
+        self.num_workers = num_workers
+        self.seed = seed
+        self.train_set: Any = None
+        self.val_set: Any = None
+        self._is_setup = False
+
+    def attach(self, module: Any) -> None:
+        """Check the data against ``module`` and take what it needs from it."""
+
+    def setup(self) -> None:
+        """Build ``train_set`` and ``val_set`` (once)."""
+        if not self._is_setup:
+            self._setup()
+            self._is_setup = True
+
+    def _setup(self) -> None:
+        raise NotImplementedError
+
+    def collate(self, items: list[dict]) -> dict[str, torch.Tensor]:
+        return torch.utils.data.default_collate(items)
+
+    def _loader(self, dataset: Any, batch_size: int, train: bool) -> DataLoader:
+        generator = torch.Generator().manual_seed(self.seed)
+        return DataLoader(
+            dataset,
+            batch_size=batch_size,
+            shuffle=train,
+            drop_last=train,  # a short last batch is a new shape, so a recompile
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            collate_fn=self.collate,
+            generator=generator,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled training batches of exactly ``batch_size`` rows."""
+        self.setup()
+        if len(self.train_set) < self.batch_size:
+            raise ValueError(
+                f"the training set has {len(self.train_set)} rows, fewer than one batch "
+                f"(batch_size={self.batch_size}); lower batch_size or add data"
+            )
+        return self._loader(self.train_set, self.batch_size, train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        """Validation batches, all of ``val_batch_size`` rows (padding rows are ignored)."""
+        self.setup()
+        padded = PaddedValidationSet(self.val_set, self.val_batch_size * world_size())
+        return self._loader(padded, self.val_batch_size, train=False)

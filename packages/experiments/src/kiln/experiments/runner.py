@@ -1,0 +1,174 @@
+"""One training job: open the W&B run, train in one or several processes, write summary.json.
+
+The job never re-executes ``sys.argv``. With ``trainer.devices > 1`` it starts its worker
+processes itself through ``kiln.core.launch``, handing each the resolved config as a plain
+dict; each worker rebuilds the model and data from it and calls ``kiln.core.fit``. When the
+processes already exist (``torchrun``, or SLURM with one task per device) the job *is* a
+worker: it trains in-process, and only global rank 0 tracks and writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import traceback
+from pathlib import Path
+from typing import Any
+
+from kiln.experiments.job import JobInfo, machine_info, write_job_json
+from kiln.experiments.tracking import LoggerConfig, Tracker
+
+log = logging.getLogger(__name__)
+
+SUMMARY_FILE = "summary.json"
+
+
+def global_rank() -> int:
+    """This process's global rank as the launcher set it (0 when there is one process)."""
+    for var in ("RANK", "SLURM_PROCID"):
+        if var in os.environ:
+            return int(os.environ[var])
+    return 0
+
+
+def build_module(resolved: dict[str, Any]) -> Any:
+    """The LightningModule a resolved config describes: data module, then ``create_model``."""
+    from hydra.utils import instantiate
+
+    from kiln.models import OptimizerConfig, SchedulerConfig, create_model
+
+    data = instantiate(resolved["data"], _convert_="all") if resolved.get("data") else None
+    optimizer = OptimizerConfig(**resolved["optimizer"])
+    scheduler = SchedulerConfig(**resolved["scheduler"])
+    return create_model(**resolved["model"], data=data, optimizer=optimizer, scheduler=scheduler)
+
+
+def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
+    """Train as one process of the job; a top-level function so ``kiln.core.launch`` can pickle it.
+
+    Args:
+        resolved: The job's resolved config as plain containers.
+        loggers: The job's Fabric loggers; only global rank 0 uses them.
+
+    Returns:
+        ``kiln.core.FitResult`` as a dict.
+    """
+    from kiln.core import CompileConfig, TrainerConfig, fit
+
+    trainer = TrainerConfig(**resolved["trainer"])
+    compile_cfg = CompileConfig(**resolved["compile"])
+    module = build_module(resolved)
+    result = fit(
+        module,
+        trainer,
+        compile_cfg,
+        loggers=loggers if global_rank() == 0 else [],
+        run_config=resolved,
+    )
+    return dataclasses.asdict(result)
+
+
+def _train(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
+    from kiln.core import launch
+    from kiln.core.launch import launched_externally
+
+    trainer = resolved["trainer"]
+    if launched_externally():  # torchrun or SLURM tasks: this process is already one rank
+        return train_worker(resolved, loggers)
+    if trainer["num_nodes"] > 1:
+        raise ValueError(
+            f"trainer.num_nodes={trainer['num_nodes']} needs processes on every node: start the "
+            "job with torchrun or launcher=slurm (see packages/experiments/README.md)"
+        )
+    if trainer["devices"] > 1:
+        return launch(train_worker, trainer["devices"], resolved, loggers)[0]
+    return train_worker(resolved, loggers)
+
+
+def run_tags(resolved: dict[str, Any]) -> list[str]:
+    """W&B tags: model, precision, compile mode, devices, plus the config's own tags."""
+    model = resolved.get("model") or {}
+    trainer = resolved["trainer"]
+    return [
+        f"model:{model.get('name', '?')}",
+        f"precision:{trainer['precision']}",
+        f"compile:{resolved['compile']['mode']}",
+        f"devices:{trainer['devices'] * trainer['num_nodes']}",
+        *resolved.get("tags", []),
+    ]
+
+
+def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
+    """Run one training job and return its summary (also written to ``summary.json``).
+
+    Any exception (bad config value, NaN loss, bad shape, out of memory) is caught: the W&B
+    run is finished as failed with the reason, and the summary says ``status: failed``.
+    """
+    from omegaconf import OmegaConf
+
+    from kiln.experiments.schema import validate
+
+    resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    trainer = resolved["trainer"]
+    summary: dict[str, Any] = {
+        "kind": "train",
+        "status": "failed",
+        "error": None,
+        "overrides": job.overrides,
+        "job_name": job.job_name,
+        "job_num": job.job_num,
+        "run_name": job.run_name,
+        "output_dir": job.output_dir,
+        "sweep_dir": job.sweep_dir,
+        "model": (resolved.get("model") or {}).get("name"),
+        "precision": trainer["precision"],
+        "compile_mode": resolved["compile"]["mode"],
+        "devices": trainer["devices"] * trainer["num_nodes"],
+        "accumulate_grad_batches": trainer["accumulate_grad_batches"],
+        "metrics": {},
+        "train_loss": None,
+        "global_step": 0,
+        "telemetry": {},
+        "history": [],
+        "checkpoint": None,
+        "machine": machine_info(),
+        "wandb": None,
+        "config": resolved,
+    }
+    is_writer = global_rank() == 0
+    tracker: Tracker | None = None
+    try:
+        if is_writer:
+            tracker = Tracker(
+                LoggerConfig(**resolved["logger"]), job, config=resolved, tags=run_tags(resolved)
+            ).start()
+            summary["wandb"] = tracker.info
+        validate(cfg)  # every __post_init__ range check, before any work
+        result = _train(resolved, tracker.loggers if tracker else [])
+        summary.update(
+            status="ok",
+            metrics=result["metrics"],
+            train_loss=result["train_loss"],
+            global_step=result["global_step"],
+            telemetry=result["telemetry"],
+            history=result["history"],
+            checkpoint=result["checkpoint"],
+        )
+    except Exception as exc:  # noqa: BLE001 - a failed job must not stop the sweep
+        summary["error"] = f"{type(exc).__name__}: {exc}"
+        log.error("job %s failed:\n%s", job.run_name, traceback.format_exc())
+    finally:
+        if summary["status"] != "ok" and summary["error"] is None:
+            summary["error"] = (
+                "interrupted"  # KeyboardInterrupt, SystemExit: still one finished run
+            )
+        if tracker is not None:
+            tracker.summarize(
+                {k: summary[k] for k in ("metrics", "telemetry", "global_step")}
+                | {"train_loss": summary["train_loss"]}
+            )
+            tracker.finish(summary["status"], summary["error"])
+        if is_writer:
+            write_job_json(Path(job.output_dir) / SUMMARY_FILE, summary)
+    return summary

@@ -1,2 +1,195 @@
-def main() -> None:
-    raise NotImplementedError
+"""``kiln-report <sweep dir>``: the tables and plots that compare a sweep's jobs.
+
+Reads every job's ``bench.json`` (kiln-bench) and ``summary.json`` (kiln-train) below the
+sweep directory and writes, next to them, ``report.md``, CSV tables and PNG plots, and
+prints the tables:
+
+- bench sweeps: per (compile mode, precision) the geometric-mean speedup over passing
+  models, the pass rate over all models, mean compile time and memory ratio
+  (``bench_summary.csv``), a row per model (``bench_models.csv``), ``speedup.png``;
+- training sweeps: final metrics, throughput, steady step time, speedup against the eager
+  run of the same sweep, scaling efficiency (``train_runs.csv``), ``loss.png``,
+  ``throughput.png``.
+
+``--wandb`` also logs the tables and plots as one run in the sweep's W&B group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from kiln.experiments.report_bench import MODEL_COLUMNS, SUMMARY_COLUMNS, model_rows, summary_rows
+from kiln.experiments.report_load import load_sweep
+from kiln.experiments.report_render import (
+    columns_of,
+    machine_lines,
+    markdown_table,
+    print_table,
+    write_csv,
+)
+from kiln.experiments.report_train import loss_curves, train_rows
+
+TRAIN_METHOD = (
+    "steady step time = median optimizer-step time after warm-up (kiln.core "
+    "telemetry); speedup = eager run's step time / this run's, same overrides"
+)
+_TRAIN_FIRST = [
+    "run",
+    "model",
+    "precision",
+    "compile_mode",
+    "devices",
+    "accumulate_grad_batches",
+    "status",
+    "global_step",
+    "train_loss",
+]
+_TRAIN_LAST = [
+    "step_time_ms",
+    "step_time_iqr_ms",
+    "samples_per_s",
+    "tokens_per_s",
+    "compile_time_s",
+    "peak_memory_mb",
+    "recompiles",
+    "graph_breaks",
+    "speedup_vs_eager",
+    "scaling_efficiency",
+]
+
+
+def build_report(
+    sweep_dir: str | Path, out_dir: str | Path | None = None, show: bool = True
+) -> dict[str, Any]:
+    """Write the report of ``sweep_dir`` (into ``out_dir``, default the sweep dir itself).
+
+    Returns:
+        ``{"files": [paths written], "tables": {name: (columns, rows)}, "plots": [pngs],
+        "records": [all job records]}``.
+    """
+    from kiln.experiments.report_plots import line_plot, speedup_bars, throughput_bars
+
+    sweep = load_sweep(sweep_dir)
+    out = Path(out_dir) if out_dir is not None else sweep.root
+    out.mkdir(parents=True, exist_ok=True)
+    records = sweep.bench + sweep.train
+    md = [f"# kiln report: {sweep.root.resolve().name}", "", f"- Sweep: `{sweep.root.resolve()}`"]
+    md += [f"- Machine: {line}" for line in machine_lines(records)]
+    tables: dict[str, tuple[list[str], list[dict[str, Any]]]] = {}
+    plots: list[Path] = []
+    files: list[Path] = []
+
+    if sweep.bench:
+        methods = sorted({str(r["method"]) for r in sweep.bench if r.get("method")})
+        md += [f"- Bench method: {m}" for m in methods]
+        rows = model_rows(sweep.bench)
+        summary = summary_rows(rows)
+        tables["bench_summary"] = (SUMMARY_COLUMNS, summary)
+        tables["bench_models"] = (MODEL_COLUMNS, rows)
+        files += [
+            write_csv(out / "bench_summary.csv", summary, SUMMARY_COLUMNS),
+            write_csv(out / "bench_models.csv", rows, MODEL_COLUMNS),
+        ]
+        plots.append(speedup_bars(rows, out / "speedup.png", "torch.compile training speedup"))
+        md += [
+            "",
+            "## torch.compile speedup per compile mode and precision",
+            "",
+            "Geometric-mean speedup and memory ratio over the models that pass the "
+            "accuracy check; pass rate over all models.",
+            "",
+            markdown_table(summary, SUMMARY_COLUMNS),
+            "",
+            "## Per model",
+            "",
+            markdown_table(rows, MODEL_COLUMNS),
+            "",
+            "![speedup](speedup.png)",
+        ]
+    if sweep.train:
+        md += [f"- Training method: {TRAIN_METHOD}"] if not sweep.bench else []
+        rows = train_rows(sweep.train)
+        metric_cols = [c for c in columns_of(rows) if c not in _TRAIN_FIRST + _TRAIN_LAST]
+        columns = _TRAIN_FIRST + metric_cols + _TRAIN_LAST
+        tables["train_runs"] = (columns, rows)
+        files.append(write_csv(out / "train_runs.csv", rows, columns))
+        md += [
+            "",
+            "## Training runs",
+            "",
+            f"Method: {TRAIN_METHOD}.",
+            "",
+            markdown_table(rows, columns),
+        ]
+        curves = loss_curves(sweep.train)
+        if curves:
+            plots.append(line_plot(curves, out / "loss.png", "training loss", "train/loss"))
+            md += ["", "![loss](loss.png)"]
+        if any(r.get("samples_per_s") for r in rows):
+            plots.append(throughput_bars(rows, out / "throughput.png", "throughput"))
+            md += ["", "![throughput](throughput.png)"]
+    if sweep.unreadable:
+        md += ["", "## Unreadable job files", ""] + [f"- {u}" for u in sweep.unreadable]
+    report_md = out / "report.md"
+    report_md.write_text("\n".join(md) + "\n")
+    files = [report_md, *files, *plots]
+
+    if show:
+        print("\n".join(line for line in md[:8] if line.startswith("- ") or line.startswith("#")))
+        for name, (columns, rows) in tables.items():
+            print_table(name, rows, columns)
+        print(f"wrote {', '.join(str(f) for f in files)}")
+    return {"files": files, "tables": tables, "plots": plots, "records": records}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``kiln-report`` command."""
+    parser = argparse.ArgumentParser(
+        prog="kiln-report", description="Compare the jobs of a kiln-bench or kiln-train sweep."
+    )
+    parser.add_argument("sweep_dir", help="a Hydra multirun directory (or one job's directory)")
+    parser.add_argument("--out", default=None, help="where to write (default: the sweep dir)")
+    parser.add_argument(
+        "--wandb",
+        action="store_true",
+        help="also log the tables and plots as one run in the sweep's W&B group",
+    )
+    parser.add_argument(
+        "--wandb-mode",
+        default="offline",
+        choices=["offline", "online"],
+        help="W&B mode of that run (default: offline)",
+    )
+    parser.add_argument(
+        "--wandb-project",
+        default=None,
+        help="W&B project (default: the one the jobs logged to, else kiln)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="do not print the tables")
+    args = parser.parse_args(argv)
+    try:
+        report = build_report(args.sweep_dir, args.out, show=not args.quiet)
+    except FileNotFoundError as exc:
+        print(f"kiln-report: {exc}", file=sys.stderr)
+        return 2
+    if args.wandb:
+        from kiln.experiments.report_wandb import log_report
+
+        info = log_report(
+            Path(args.out or args.sweep_dir),
+            report["records"],
+            report["tables"],
+            report["plots"],
+            mode=args.wandb_mode,
+            project=args.wandb_project,
+        )
+        if info and not args.quiet:
+            print(f"logged the report to W&B run {info['run_id']} ({info['dir']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,398 @@
+"""The measurement behind ``kiln-bench``: eager against compiled training steps of one module.
+
+Modelled on PyTorch's ``benchmarks/dynamo`` harness:
+
+1. Dropout is switched off (probabilities set to 0) and the module deep-copied, so the
+   eager and the compiled variant start from identical weights and compute the same thing.
+   The compiled variant is ``torch.compile`` of a module whose ``forward`` is the
+   contract's ``training_step`` (what kiln-train compiles: Fabric routes ``training_step``
+   through the compiled ``forward``); with ``compile.mode=none`` it stays eager (the control).
+2. Precision comes from Lightning Fabric's precision plugins, the classes ``Fabric`` uses in
+   kiln-train: autocast around the step, ``convert_module``/``convert_input`` for the
+   ``*-true`` precisions, and a ``GradScaler`` per variant for ``16-mixed``.
+3. A step is zero-grad, ``training_step`` (loss), backward, optimizer step, synchronized
+   on CUDA. The first step of each variant runs on the same batch and weights: loss and
+   gradients are compared (accuracy), and the compiled one's wall time is the compile time.
+4. Both variants warm up, then run interleaved (A B A B ...) ``repeats`` times; speedup is
+   median eager / median compiled, the spread the 25th/75th percentile of per-pair ratios.
+5. Peak memory of each variant (see :mod:`kiln.experiments.bench_memory`), graph breaks and
+   recompiles from dynamo's counters, and dynamo's own compile-time metrics.
+
+Nothing raises out of :func:`run_benchmark`: an exception becomes a result with status
+``error`` and the stage it happened in, so one bad model never stops a sweep.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from lightning.fabric.plugins import DoublePrecision, HalfPrecision, MixedPrecision, Precision
+from lightning.fabric.utilities import move_data_to_device
+from torch import nn
+
+from kiln.core.config import PRECISIONS, CompileConfig
+from kiln.experiments.bench_memory import peak_memory_mb
+from kiln.experiments.bench_stats import speedup_stats
+
+METHOD = (
+    "interleaved eager/compiled train steps (zero_grad, training_step, backward, optimizer "
+    "step), medians after warm-up; speedup = median eager / median compiled, spread = "
+    "p25-p75 of per-pair ratios; compile time = first compiled step; dropout off"
+)
+
+TOLERANCES = {
+    "64-true": 1e-7,
+    "32-true": 1e-4,
+    "16-mixed": 1e-2,
+    "bf16-mixed": 2e-2,
+    "16-true": 5e-2,
+    "bf16-true": 5e-2,
+}
+"""Largest relative error of the loss and of the gradients (as one vector, L2 norm)
+accepted between compiled and eager, by precision. PyTorch's harness uses about 1e-2 for
+AMP training; bf16 keeps 8 mantissa bits, so bf16 gets twice that."""
+
+
+def resolve_device(accelerator: str) -> torch.device:
+    """``auto`` (CUDA when available), ``cpu`` or ``cuda``/``cuda:N`` as a ``torch.device``."""
+    if accelerator == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if accelerator == "cpu" or accelerator.startswith("cuda"):
+        device = torch.device(accelerator)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(f"accelerator={accelerator!r} but CUDA is not available here")
+        return device
+    raise ValueError(f"accelerator={accelerator!r} is not valid; choose one of: auto, cpu, cuda")
+
+
+def precision_plugin(precision: str, device: torch.device) -> Precision:
+    """The Lightning Fabric precision plugin Fabric would use for ``precision`` on ``device``.
+
+    Raises:
+        ValueError: For an unknown precision, or ``16-mixed`` on the CPU (Fabric refuses it too).
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r} is not valid; choose one of: {PRECISIONS}")
+    if precision in ("16-mixed", "bf16-mixed"):
+        if precision == "16-mixed" and device.type != "cuda":
+            raise ValueError(
+                "precision=16-mixed (fp16 AMP with a GradScaler) needs a CUDA device; "
+                "use bf16-mixed on the CPU"
+            )
+        return MixedPrecision(precision, device=device.type)  # type: ignore[arg-type]
+    if precision in ("16-true", "bf16-true"):
+        return HalfPrecision(precision)  # type: ignore[arg-type]
+    if precision == "64-true":
+        return DoublePrecision()
+    return Precision()
+
+
+def disable_dropout(module: nn.Module) -> nn.Module:
+    """Set every dropout probability in ``module`` to 0, in place, keeping train mode.
+
+    Covers ``nn.Dropout*`` modules and float attributes whose name mentions dropout or drop
+    path (HF attention's ``attention_dropout``/``dropout_prob``, timm's ``DropPath.drop_prob``),
+    so eager and compiled runs compute the same thing while batch norm still trains.
+    """
+    for sub in module.modules():
+        if isinstance(sub, nn.modules.dropout._DropoutNd):
+            sub.p = 0.0
+        for name, value in list(vars(sub).items()):
+            lowered = name.lower()
+            if isinstance(value, float) and (
+                "dropout" in lowered or "drop_prob" in lowered or "drop_path" in lowered
+            ):
+                setattr(sub, name, 0.0)
+    return module
+
+
+class TrainingStep(nn.Module):
+    """A module whose ``forward`` is ``module.training_step(batch, 0)["loss"]`` (compiled)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, batch: Any) -> torch.Tensor:
+        out = self.module.training_step(batch, 0)
+        return out["loss"] if isinstance(out, dict) else out
+
+
+def build_optimizer(module: nn.Module) -> torch.optim.Optimizer:
+    """The optimizer from ``module.configure_optimizers()`` (the scheduler is not stepped)."""
+    out = module.configure_optimizers()
+    if isinstance(out, dict):
+        out = out.get("optimizer")
+    if not isinstance(out, torch.optim.Optimizer):
+        raise TypeError(
+            "configure_optimizers() must return an optimizer or {'optimizer': ..., ...}, "
+            f"got {type(out).__name__}"
+        )
+    return out
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class _Variant:
+    """One side of the comparison: a step function, its module, optimizer and precision."""
+
+    def __init__(
+        self,
+        module: nn.Module,
+        compile_cfg: CompileConfig | None,
+        precision: str,
+        device: torch.device,
+    ) -> None:
+        self.plugin = precision_plugin(precision, device)
+        self.module = self.plugin.convert_module(module).to(device)
+        self.optimizer = build_optimizer(self.module)
+        step = TrainingStep(self.module)
+        self.compiled = compile_cfg is not None and compile_cfg.enabled
+        self.fn: Callable[[Any], torch.Tensor] = (
+            torch.compile(step, **compile_cfg.torch_compile_kwargs()) if self.compiled else step
+        )
+        self.device = device
+
+    def step(self, batch: Any, capture: dict | None = None) -> None:
+        """One training step; with ``capture``, store the loss and gradients before the update."""
+        if self.compiled and self.device.type == "cuda":
+            torch.compiler.cudagraph_mark_step_begin()  # a new iteration for CUDA graph trees
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.plugin.forward_context():
+            loss = self.fn(batch)
+        self.plugin.backward(loss, None)
+        if capture is not None:
+            capture["loss"] = loss.detach().double().cpu()
+            capture["grads"] = {
+                n: None if p.grad is None else p.grad.detach().double().cpu()
+                for n, p in self.module.named_parameters()
+            }
+            if getattr(self.plugin, "scaler", None) is not None:  # compare unscaled gradients
+                scale = float(self.plugin.scaler.get_scale())
+                capture["grads"] = {
+                    n: None if g is None else g / scale for n, g in capture["grads"].items()
+                }
+        self.plugin.optimizer_step(self.optimizer)
+
+    def timed_step(self, batch: Any, capture: dict | None = None) -> float:
+        _sync(self.device)
+        start = time.perf_counter()
+        self.step(batch, capture)
+        _sync(self.device)
+        return time.perf_counter() - start
+
+
+def compare(eager: dict, compiled: dict, tolerance: float) -> dict[str, Any]:
+    """Relative error of the loss and of all gradients (one vector, L2) of compiled vs eager."""
+
+    def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+        denom = float(torch.linalg.vector_norm(b))
+        return float(torch.linalg.vector_norm(a - b)) / max(denom, 1e-12)
+
+    missing = [
+        n for n, g in eager["grads"].items() if (g is None) != (compiled["grads"].get(n) is None)
+    ]
+    loss_err = rel(compiled["loss"].reshape(1), eager["loss"].reshape(1))
+    pairs = [
+        (compiled["grads"][n], g)
+        for n, g in eager["grads"].items()
+        if g is not None and compiled["grads"].get(n) is not None
+    ]
+    if pairs:
+        diff = torch.cat([(c - e).flatten() for c, e in pairs])
+        ref = torch.cat([e.flatten() for _, e in pairs])
+        grad_err = float(torch.linalg.vector_norm(diff)) / max(
+            float(torch.linalg.vector_norm(ref)), 1e-12
+        )
+    else:
+        grad_err = float("nan")
+    ok = (
+        not missing
+        and math.isfinite(loss_err)
+        and math.isfinite(grad_err)
+        and loss_err <= tolerance
+        and grad_err <= tolerance
+    )
+    return {
+        "loss_rel_err": loss_err,
+        "grad_rel_err": grad_err,
+        "tolerance": tolerance,
+        "ok": ok,
+        "missing_grads": missing[:10],
+    }
+
+
+def dynamo_stats() -> dict[str, Any]:
+    """Graph breaks, recompiles and compile times dynamo counted since the last reset."""
+    from torch._dynamo.utils import counters, get_compilation_metrics
+
+    breaks = counters["graph_break"]
+    recompiles = 0
+    compile_s = 0.0
+    for metric in get_compilation_metrics():
+        match = re.search(r"(\d+)/(\d+)", str(metric.compile_id or ""))
+        if match and int(match.group(2)) > 0:
+            recompiles += 1  # the N-th (N > 0) compilation of a frame already compiled
+        compile_s += metric.entire_frame_compile_time_s or 0.0
+    return {
+        "graph_breaks": int(sum(breaks.values())),
+        "graph_break_reasons": [r.splitlines()[0][:200] for r in list(breaks)[:5]],
+        "recompiles": recompiles,
+        "unique_graphs": int(counters["stats"]["unique_graphs"]),
+        "dynamo_compile_time_s": compile_s,
+    }
+
+
+def reset_dynamo() -> None:
+    """Forget compiled code and counters, so each benchmark starts cold and counts its own."""
+    from torch._dynamo.utils import clear_compilation_metrics, counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    clear_compilation_metrics()
+
+
+def run_benchmark(
+    module: nn.Module,
+    batch: Any,
+    *,
+    precision: str = "32-true",
+    compile: CompileConfig | None = None,
+    accelerator: str = "auto",
+    warmup: int = 3,
+    repeats: int = 20,
+    memory_steps: int = 2,
+    tolerance: float | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Benchmark eager against compiled training steps of ``module`` on ``batch``.
+
+    Args:
+        module: A module following kiln's contract (``training_step``, ``configure_optimizers``).
+            It is modified (dropout off, moved, converted) and used as the eager variant.
+        batch: The fixed batch every step trains on.
+        precision: A Fabric precision (``32-true``, ``bf16-mixed``, ``16-mixed``, ...).
+        compile: How the compiled variant is compiled; ``None`` or mode ``none`` is the
+            eager-against-eager control.
+        accelerator: ``auto``, ``cpu`` or ``cuda``.
+        warmup: Steps of each variant after the first (compiling) one, before timing.
+        repeats: Timed eager/compiled pairs.
+        memory_steps: Steps of each variant whose largest peak is the variant's peak memory.
+        tolerance: Accepted relative error of loss and gradients; ``None`` picks
+            :data:`TOLERANCES` by precision.
+        seed: Seeds torch before each variant's first step.
+
+    Returns:
+        The measurement part of ``bench.json``: ``status`` (``pass``/``fail``/``error``),
+        ``reason``, ``speedup`` and its spread, medians, ``compile_time_s``, memory, graph
+        breaks, recompiles and ``accuracy``.
+    """
+    if warmup < 0 or repeats < 1 or memory_steps < 0:
+        raise ValueError(
+            f"need warmup >= 0, repeats >= 1, memory_steps >= 0; got {warmup}, "
+            f"{repeats}, {memory_steps}"
+        )
+    compile = compile or CompileConfig(mode="none")
+    tol = TOLERANCES.get(precision, 1e-2) if tolerance is None else tolerance
+    result: dict[str, Any] = {
+        "status": "error",
+        "reason": None,
+        "precision": precision,
+        "compile_mode": compile.mode,
+        "backend": compile.backend,
+        "repeats": repeats,
+        "warmup": warmup,
+        "method": METHOD,
+    }
+    stage = "setup"
+    eager = compiled = None
+    try:
+        device = resolve_device(accelerator)
+        result["device"] = str(device)
+        reset_dynamo()
+        disable_dropout(module).train()
+        if getattr(module, "total_steps", 0) is None:  # schedulers size themselves by it
+            module.total_steps = 1 + warmup + repeats + 2 * memory_steps
+        twin = copy.deepcopy(module)
+        eager = _Variant(module, None, precision, device)
+        compiled = _Variant(twin, compile, precision, device)
+        batch = eager.plugin.convert_input(move_data_to_device(batch, device))
+
+        stage = "first step (accuracy, compile)"
+        first_eager: dict = {}
+        first_compiled: dict = {}
+        torch.manual_seed(seed)
+        result["first_eager_step_s"] = eager.timed_step(batch, first_eager)
+        torch.manual_seed(seed)
+        result["compile_time_s"] = compiled.timed_step(batch, first_compiled)
+        result["accuracy"] = compare(first_eager, first_compiled, tol)
+
+        stage = "warm-up"
+        for _ in range(warmup):
+            eager.step(batch)
+            compiled.step(batch)
+
+        stage = "timing"
+        eager_s, compiled_s = [], []
+        for _ in range(repeats):  # interleaved, so drift on a shared machine hits both alike
+            eager_s.append(eager.timed_step(batch))
+            compiled_s.append(compiled.timed_step(batch))
+        result.update(speedup_stats(eager_s, compiled_s))
+        result["eager_times_s"] = eager_s
+        result["compiled_times_s"] = compiled_s
+
+        stage = "memory"
+        if memory_steps:
+            mem_e = peak_memory_mb(
+                lambda: eager.step(batch), eager.module, eager.optimizer, device, memory_steps
+            )
+            mem_c = peak_memory_mb(
+                lambda: compiled.step(batch),
+                compiled.module,
+                compiled.optimizer,
+                device,
+                memory_steps,
+            )
+            result["memory_eager_mb"] = mem_e
+            result["memory_compiled_mb"] = mem_c
+            result["memory_ratio"] = mem_c / mem_e if mem_e and mem_c is not None else None
+
+        result.update(dynamo_stats())
+        acc = result["accuracy"]
+        if acc["ok"]:
+            result["status"] = "pass"
+        else:
+            result["status"] = "fail"
+            why = (
+                f"missing gradients {acc['missing_grads']}"
+                if acc["missing_grads"]
+                else (
+                    f"loss rel err {acc['loss_rel_err']:.2e}, "
+                    f"grad rel err {acc['grad_rel_err']:.2e} > tolerance {tol:.0e}"
+                )
+            )
+            result["reason"] = f"accuracy: {why}"
+    except Exception as exc:  # a failing model is a row of the table, never a crashed sweep
+        result["status"] = "error"
+        result["reason"] = f"{stage}: {type(exc).__name__}: {str(exc).strip()[:500]}"
+        result["traceback"] = traceback.format_exc(limit=8)
+        try:
+            result.update(dynamo_stats())
+        except Exception:  # stats are best effort after a failure
+            pass
+    finally:
+        eager = compiled = None  # free both variants before the next job
+        reset_dynamo()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return result

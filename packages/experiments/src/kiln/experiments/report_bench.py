@@ -1,0 +1,121 @@
+"""The speedup table of a kiln-bench sweep, as PyTorch's harness summarizes its runs.
+
+Per (compile mode, precision): the geometric-mean speedup over the models that *pass*
+the accuracy check, the pass rate over *all* models, the mean compile time and the
+geometric-mean memory ratio (compiled / eager) over the passing models.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+from kiln.experiments.bench_stats import geomean
+
+MODEL_COLUMNS = [
+    "model",
+    "compile_mode",
+    "precision",
+    "status",
+    "speedup",
+    "speedup_p25",
+    "speedup_p75",
+    "eager_ms",
+    "compiled_ms",
+    "compile_time_s",
+    "memory_eager_mb",
+    "memory_compiled_mb",
+    "memory_ratio",
+    "graph_breaks",
+    "recompiles",
+    "loss_rel_err",
+    "grad_rel_err",
+    "reason",
+]
+SUMMARY_COLUMNS = [
+    "compile_mode",
+    "precision",
+    "models",
+    "passed",
+    "pass_rate",
+    "geomean_speedup",
+    "mean_compile_time_s",
+    "geomean_memory_ratio",
+    "graph_breaks",
+    "recompiles",
+]
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+def model_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One flat row per benchmark job, sorted by compile mode, precision and model."""
+    rows = []
+    for rec in records:
+        acc = rec.get("accuracy") or {}
+        eager, compiled = rec.get("eager_median_s"), rec.get("compiled_median_s")
+        rows.append(
+            {
+                "model": rec.get("model", "?"),
+                "compile_mode": rec.get("compile_mode", "?"),
+                "precision": rec.get("precision", "?"),
+                "status": rec.get("status", "error"),
+                "speedup": rec.get("speedup"),
+                "speedup_p25": rec.get("speedup_p25"),
+                "speedup_p75": rec.get("speedup_p75"),
+                "eager_ms": eager * 1e3 if eager is not None else None,
+                "compiled_ms": compiled * 1e3 if compiled is not None else None,
+                "compile_time_s": rec.get("compile_time_s"),
+                "memory_eager_mb": rec.get("memory_eager_mb"),
+                "memory_compiled_mb": rec.get("memory_compiled_mb"),
+                "memory_ratio": rec.get("memory_ratio"),
+                "graph_breaks": rec.get("graph_breaks"),
+                "recompiles": rec.get("recompiles"),
+                "loss_rel_err": acc.get("loss_rel_err"),
+                "grad_rel_err": acc.get("grad_rel_err"),
+                "reason": rec.get("reason"),
+            }
+        )
+    return sorted(
+        rows, key=lambda r: (str(r["compile_mode"]), str(r["precision"]), str(r["model"]))
+    )
+
+
+def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Aggregate :func:`model_rows` per (compile mode, precision).
+
+    ``geomean_speedup`` and ``geomean_memory_ratio`` are over passing models only (as in
+    PyTorch's harness), ``pass_rate`` over all models of the group; a group where nothing
+    passed has ``None`` for the means.
+    """
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[(str(row["compile_mode"]), str(row["precision"]))].append(row)
+    out = []
+    for (mode, precision), members in sorted(groups.items()):
+        passed = [r for r in members if r["status"] == "pass"]
+        compile_times = [
+            r["compile_time_s"] for r in passed if isinstance(r["compile_time_s"], int | float)
+        ]
+        out.append(
+            {
+                "compile_mode": mode,
+                "precision": precision,
+                "models": len(members),
+                "passed": len(passed),
+                "pass_rate": len(passed) / len(members),
+                "geomean_speedup": geomean(r["speedup"] for r in passed if _positive(r["speedup"])),
+                "mean_compile_time_s": sum(compile_times) / len(compile_times)
+                if compile_times
+                else None,
+                "geomean_memory_ratio": geomean(
+                    r["memory_ratio"] for r in passed if _positive(r["memory_ratio"])
+                ),
+                "graph_breaks": sum(int(r["graph_breaks"] or 0) for r in members),
+                "recompiles": sum(int(r["recompiles"] or 0) for r in members),
+            }
+        )
+    return out

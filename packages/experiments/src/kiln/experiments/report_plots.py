@@ -1,0 +1,95 @@
+"""PNG plots of a report (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def speedup_bars(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
+    """Grouped bars: speedup of each model under each (compile mode, precision).
+
+    Error bars span the p25-p75 of the per-pair ratios; a run that did not pass is drawn
+    as an empty, hatched bar at its measured speedup (or at 0 when there is none).
+    """
+    plt = _pyplot()
+    models = sorted({str(r["model"]) for r in rows})
+    configs = sorted({(str(r["compile_mode"]), str(r["precision"])) for r in rows})
+    width = 0.8 / max(len(configs), 1)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(models) * max(1, len(configs)) / 2), 4.5))
+    for k, (mode, precision) in enumerate(configs):
+        xs, ys, lo, hi, passed = [], [], [], [], []
+        for i, model in enumerate(models):
+            match = [
+                r
+                for r in rows
+                if str(r["model"]) == model
+                and str(r["compile_mode"]) == mode
+                and str(r["precision"]) == precision
+            ]
+            if not match:
+                continue
+            r = match[0]
+            y = r["speedup"] or 0.0
+            xs.append(i - 0.4 + width * (k + 0.5))
+            ys.append(y)
+            lo.append(max(y - (r["speedup_p25"] if r["speedup_p25"] is not None else y), 0))
+            hi.append(max((r["speedup_p75"] if r["speedup_p75"] is not None else y) - y, 0))
+            passed.append(r["status"] == "pass")
+        bars = ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=f"{mode} / {precision}")
+        for bar, ok in zip(bars, passed, strict=True):
+            if not ok:
+                bar.set_fill(False)
+                bar.set_hatch("//")
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_xticks(range(len(models)))
+    ax.set_xticklabels(models, rotation=30, ha="right")
+    ax.set_ylabel("speedup (median eager / median compiled)")
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def line_plot(curves: dict[str, tuple[list, list]], path: Path, title: str, ylabel: str) -> Path:
+    """One line per run (e.g. training loss against optimizer step), overlaid."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, (steps, values) in sorted(curves.items()):
+        ax.plot(steps, values, label=name, linewidth=1.2)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if len(curves) <= 12:
+        ax.legend(fontsize="x-small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def throughput_bars(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
+    """Horizontal bars of each run's throughput (samples/s)."""
+    plt = _pyplot()
+    rows = [r for r in rows if r.get("samples_per_s")]
+    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.35 * len(rows) + 1)))
+    ax.barh([r["run"] for r in rows], [r["samples_per_s"] for r in rows])
+    ax.set_xlabel("samples / s")
+    ax.set_title(title)
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,254 @@
+"""What a run costs: steady-state step time and throughput, peak memory, and compilation.
+
+- :class:`StepTimer` keeps one wall time per optimizer step; its summary drops the warm-up
+  steps (compilation, allocator and cache warm-up) and reports medians, not means, because
+  the machines are shared and noisy.
+- :func:`peak_memory_mb` reads the device's high-water mark.
+- :class:`CompileWatch` reads torch's own compile metrics: how long dynamo, AOT autograd and
+  inductor spent compiling (reported on its own, never mixed into step time), how often
+  frames recompiled and why, and where graphs broke.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch._dynamo.utils as dynamo_utils
+
+# -- step time ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Step:
+    seconds: float
+    samples: int
+    tokens: int | None
+
+
+class StepTimer:
+    """Wall time, samples and tokens of every optimizer step.
+
+    The loop measures each step (after a device synchronize where the device runs
+    asynchronously) and calls :meth:`record`; :meth:`summary` turns the steps after warm-up
+    into the run's step-time figures.
+    """
+
+    def __init__(self) -> None:
+        self._steps: list[_Step] = []
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def record(self, seconds: float, samples: int, tokens: int | None = None) -> None:
+        """Add one optimizer step.
+
+        Args:
+            seconds: Its wall time.
+            samples: Samples it trained on (all micro-batches, all ranks).
+            tokens: Tokens it trained on, or ``None`` if not counted for this step.
+        """
+        if seconds < 0:
+            raise ValueError(f"seconds={seconds} is not valid; a step time must be >= 0")
+        tokens = None if tokens is None else int(tokens)
+        self._steps.append(_Step(float(seconds), int(samples), tokens))
+
+    def summary(self, warmup_steps: int) -> dict[str, float | int | None]:
+        """Step-time figures over the steps after the first ``warmup_steps``.
+
+        When the run has no more steps than the warm-up, all steps are used (so short runs
+        still report something); ``measured_steps`` says how many went in.
+
+        Returns:
+            ``step_time_median_s``, ``step_time_iqr_s`` (75th minus 25th percentile),
+            ``samples_per_s`` and, if any measured step counted tokens, ``tokens_per_s``
+            (throughputs are totals over total time), plus ``measured_steps``. The figures
+            are ``None`` before the first step.
+        """
+        if warmup_steps < 0:
+            raise ValueError(f"warmup_steps={warmup_steps} is not valid; it must be >= 0")
+        steps = self._steps[warmup_steps:] if len(self._steps) > warmup_steps else self._steps
+        if not steps:
+            return {
+                "step_time_median_s": None,
+                "step_time_iqr_s": None,
+                "samples_per_s": None,
+                "measured_steps": 0,
+            }
+        seconds = np.array([s.seconds for s in steps])
+        q25, median, q75 = np.percentile(seconds, [25, 50, 75])
+        total = float(seconds.sum())
+        result: dict[str, float | int | None] = {
+            "step_time_median_s": float(median),
+            "step_time_iqr_s": float(q75 - q25),
+            "samples_per_s": sum(s.samples for s in steps) / total if total > 0 else None,
+            "measured_steps": len(steps),
+        }
+        # tokens may be counted only on some steps (each count is a host sync)
+        counted = [s for s in steps if s.tokens is not None]
+        if counted:
+            token_time = sum(s.seconds for s in counted)
+            result["tokens_per_s"] = (
+                sum(s.tokens for s in counted) / token_time if token_time > 0 else None
+            )
+        return result
+
+
+# -- memory -------------------------------------------------------------------------------
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak memory of this process on ``device``, in MiB.
+
+    CUDA: the caching allocator's peak of allocated tensor memory on that device. Other
+    devices: the process's peak resident set size (which includes the Python runtime and
+    libraries, not only tensors).
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # ru_maxrss is in KiB on Linux, in bytes on macOS
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+# -- torch.compile ------------------------------------------------------------------------
+
+_MAX_REASONS = 5
+_MAX_REASON_CHARS = 240
+
+
+def _short(reason: str) -> str:
+    """First line of a dynamo message, with its explanation when there is one."""
+    lines = [line.strip() for line in reason.splitlines() if line.strip()]
+    if not lines:
+        return reason
+    text = lines[0]
+    if len(lines) > 1 and lines[1].startswith("Explanation:"):
+        text += " (" + lines[1].removeprefix("Explanation:").strip() + ")"
+    return text if len(text) <= _MAX_REASON_CHARS else text[: _MAX_REASON_CHARS - 3] + "..."
+
+
+class CompileWatch:
+    """Compile time, recompiles and graph breaks of ``torch.compile`` since :meth:`start`.
+
+    Reads torch's structured compilation metrics (one record per frame compile, lazy
+    backward compile or runtime autotune, with its duration) and dynamo's counters and
+    guard-failure log. Call :meth:`start` before compiling, :meth:`check` at log
+    intervals, :meth:`snapshot` for the figures.
+
+    Args:
+        threshold: Warn once when the run has recompiled this many times.
+    """
+
+    def __init__(self, threshold: int) -> None:
+        if threshold < 1:
+            raise ValueError(f"threshold={threshold} is not valid; it must be >= 1")
+        self.threshold = threshold
+        self._compile_seconds = 0.0
+        # (name, file, first line, cached entries at the time) of each recompiled frame
+        self._recompiled: list[tuple[str, str, int | None, int]] = []
+        self._last_seen: object | None = None
+        self._missed = False
+        self._warned = False
+
+    def start(self) -> None:
+        """Reset dynamo's counters, guard-failure log and compilation metrics."""
+        dynamo_utils.counters.clear()
+        dynamo_utils.guard_failures.clear()
+        dynamo_utils.clear_compilation_metrics()
+        self._compile_seconds = 0.0
+        self._recompiled.clear()
+        self._last_seen = None
+        self._missed = False
+        self._warned = False
+
+    def _collect(self) -> None:
+        """Fold in the compilation records added since the last call."""
+        records = dynamo_utils.get_compilation_metrics()
+        start = 0
+        if self._last_seen is not None:
+            # torch keeps the newest records only (a bounded deque): find where we left off
+            index = next((i for i, r in enumerate(records) if r is self._last_seen), None)
+            if index is None:
+                self._missed = bool(records)
+            else:
+                start = index + 1
+        for record in records[start:]:
+            if record.duration_us is not None:
+                self._compile_seconds += record.duration_us / 1e6
+            elif record.entire_frame_compile_time_s is not None:
+                self._compile_seconds += record.entire_frame_compile_time_s
+            # a frame compiled while it already had cached code is a recompile
+            if record.is_forward is not False and not record.is_runtime and record.cache_size:
+                self._recompiled.append(
+                    (
+                        record.co_name or "?",
+                        record.co_filename or "?",
+                        record.co_firstlineno,
+                        record.cache_size,
+                    )
+                )
+        if records:
+            self._last_seen = records[-1]
+
+    def _guard_failures(self, limit: int = 3) -> list[str]:
+        """The latest guard failure of each recompiled function (what changed)."""
+        reasons: dict[str, str] = {}
+        for name, filename, line, cached in reversed(self._recompiled):  # newest first
+            where = f"{name} ({filename}:{line})"
+            if where in reasons:
+                continue
+            for code, failures in dynamo_utils.guard_failures.items():
+                if (code.co_name, code.co_filename, code.co_firstlineno) == (name, filename, line):
+                    # a recompile logs one failure per cached entry, most recently used
+                    # first: that one says how the input differs from recent calls
+                    failure = failures[-min(cached, len(failures))] if failures else "?"
+                    reasons[where] = failure.split("\nUser stack trace:")[0]
+                    break
+            if len(reasons) >= limit:
+                break
+        return [f"{where}: {reason}" for where, reason in reasons.items()]
+
+    def snapshot(self) -> dict[str, float | int | list[str]]:
+        """Compile figures since :meth:`start`.
+
+        Returns:
+            ``compile_time_s`` (seconds torch spent compiling: dynamo tracing, AOT autograd,
+            inductor, lazy backward compiles, runtime autotuning), ``recompiles``,
+            ``graph_breaks`` (graph breaks hit while compiling, counted per compile),
+            ``unique_graphs`` and ``graph_break_reasons`` (up to five, shortened).
+        """
+        self._collect()
+        breaks = dynamo_utils.counters["graph_break"]
+        reasons = [_short(r) for r, _ in breaks.most_common(_MAX_REASONS)]
+        return {
+            "compile_time_s": self._compile_seconds,
+            "recompiles": len(self._recompiled),
+            "graph_breaks": int(sum(breaks.values())),
+            "unique_graphs": int(dynamo_utils.counters["stats"]["unique_graphs"]),
+            "graph_break_reasons": reasons,
+        }
+
+    def check(self) -> None:
+        """Warn once, naming what changed, when recompiles reach the threshold."""
+        self._collect()
+        count = len(self._recompiled)
+        if self._warned or count < self.threshold:
+            return
+        self._warned = True
+        failures = "\n".join(f"  - {r}" for r in self._guard_failures()) or "  (not recorded)"
+        missed = " (some compile records were dropped; the count is a lower bound)"
+        warnings.warn(
+            f"torch.compile has recompiled {count} times{missed if self._missed else ''} "
+            f"(compile.recompile_warn_threshold={self.threshold}). Latest guard failures, "
+            f"i.e. what changed:\n{failures}\n"
+            "Each recompile costs compile time. Keep input shapes static (fixed padding or a "
+            "few length buckets, drop_last=True), keep changing Python values out of the "
+            "compiled code, or set compile.dynamic=true.",
+            stacklevel=2,
+        )

@@ -1,0 +1,137 @@
+import warnings
+
+import pytest
+import torch
+
+from kiln.core.telemetry import CompileWatch, StepTimer, peak_memory_mb
+
+
+def test_step_timer_summary_over_steps_after_warmup():
+    timer = StepTimer()
+    for seconds in (5.0, 4.0):  # warm-up: compilation, caches
+        timer.record(seconds, samples=8, tokens=100)
+    for seconds in (1.0, 2.0, 3.0, 4.0, 10.0):
+        timer.record(seconds, samples=8, tokens=80)
+    summary = timer.summary(warmup_steps=2)
+    assert summary["measured_steps"] == 5
+    assert summary["step_time_median_s"] == pytest.approx(3.0)
+    assert summary["step_time_iqr_s"] == pytest.approx(4.0 - 2.0)
+    assert summary["samples_per_s"] == pytest.approx(40 / 20)
+    assert summary["tokens_per_s"] == pytest.approx(400 / 20)
+
+
+def test_step_timer_tokens_only_from_counted_steps_and_absent_without_any():
+    timer = StepTimer()
+    timer.record(1.0, samples=4, tokens=None)
+    timer.record(3.0, samples=4, tokens=30)
+    summary = timer.summary(warmup_steps=0)
+    assert summary["tokens_per_s"] == pytest.approx(10.0)
+    assert summary["samples_per_s"] == pytest.approx(2.0)
+
+    no_tokens = StepTimer()
+    no_tokens.record(2.0, samples=4)
+    assert "tokens_per_s" not in no_tokens.summary(0)
+
+
+def test_step_timer_falls_back_when_shorter_than_warmup():
+    timer = StepTimer()
+    assert timer.summary(3) == {
+        "step_time_median_s": None,
+        "step_time_iqr_s": None,
+        "samples_per_s": None,
+        "measured_steps": 0,
+    }
+    timer.record(2.0, samples=6)
+    timer.record(4.0, samples=6)
+    summary = timer.summary(warmup_steps=3)
+    assert summary["measured_steps"] == 2  # all steps, rather than nothing
+    assert summary["step_time_median_s"] == pytest.approx(3.0)
+    assert summary["samples_per_s"] == pytest.approx(2.0)
+    assert len(timer) == 2
+    with pytest.raises(ValueError, match="seconds=-1"):
+        timer.record(-1, samples=1)
+
+
+def test_peak_memory_on_cpu_is_the_process_peak_rss():
+    before = peak_memory_mb(torch.device("cpu"))
+    big = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+    after = peak_memory_mb(torch.device("cpu"))
+    del big
+    assert before > 10  # the interpreter and torch alone
+    assert after >= before + 32
+
+
+def test_recompiles_are_counted_and_the_warning_names_the_changed_size():
+    watch = CompileWatch(threshold=2)
+    watch.start()
+
+    @torch.compile(backend="aot_eager", dynamic=False)
+    def double_sum(x):
+        return (x * 2).sum()
+
+    for rows in (2, 3, 2):
+        double_sum(torch.randn(rows, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        watch.check()  # one recompile: below the threshold, no warning
+    double_sum(torch.randn(5, 3))
+    with pytest.warns(UserWarning) as record:
+        watch.check()
+        watch.check()  # warns once
+    assert len(record) == 1
+    message = str(record[0].message)
+    assert "recompiled 2 times" in message
+    assert "double_sum" in message
+    # compared with the most recently used compiled entry (rows=2)
+    assert "tensor 'x' size mismatch at index 0. expected 2, actual 5" in message
+
+    snapshot = watch.snapshot()
+    assert snapshot["recompiles"] == 2
+    assert snapshot["unique_graphs"] == 3
+    assert snapshot["graph_breaks"] == 0
+    assert snapshot["compile_time_s"] > 0
+
+
+def test_graph_breaks_are_counted_with_reasons():
+    watch = CompileWatch(threshold=8)
+    watch.start()
+    linear = torch.nn.Linear(3, 3)
+
+    def broken(x):
+        y = linear(x).relu()
+        torch._dynamo.graph_break()
+        return y.sum()
+
+    torch.compile(broken, backend="aot_eager")(torch.randn(4, 3)).backward()
+    snapshot = watch.snapshot()
+    assert snapshot["graph_breaks"] == 1
+    assert snapshot["unique_graphs"] == 2  # before and after the break
+    assert snapshot["recompiles"] == 0
+    assert any("graph_break()" in reason for reason in snapshot["graph_break_reasons"])
+    assert all("\n" not in reason for reason in snapshot["graph_break_reasons"])
+
+    watch.start()  # a fresh start forgets the previous figures
+    assert watch.snapshot() == {
+        "compile_time_s": 0.0,
+        "recompiles": 0,
+        "graph_breaks": 0,
+        "unique_graphs": 0,
+        "graph_break_reasons": [],
+    }
+
+
+def test_compile_time_is_read_from_torch_records_and_survives_their_rotation(monkeypatch):
+    watch = CompileWatch(threshold=8)
+    watch.start()
+
+    @torch.compile(backend="aot_eager")
+    def add_one(x):
+        return x + 1
+
+    add_one(torch.ones(2))
+    first = watch.snapshot()["compile_time_s"]
+    records = torch._dynamo.utils.get_compilation_metrics()
+    assert first == pytest.approx(sum(r.duration_us for r in records) / 1e6)
+    assert watch.snapshot()["compile_time_s"] == first  # records are not counted twice
+    with pytest.raises(ValueError, match="threshold=0"):
+        CompileWatch(0)

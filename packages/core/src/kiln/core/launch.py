@@ -1,0 +1,154 @@
+"""Run a function in several local processes with torch's elastic launch API.
+
+Unlike Fabric's default launcher, nothing re-executes ``sys.argv``: the agent spawns fresh
+interpreters that import the function by reference and call it, so a Hydra entry point or
+a test can start a multi-process run from inside Python. The workers get the torchrun
+environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), which
+Fabric's ``ddp`` strategy picks up.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+
+class WorkerFailedError(RuntimeError):
+    """A launched worker process failed; the message carries its error and traceback."""
+
+
+def launched_externally() -> bool:
+    """Whether this process was started by torchrun, SLURM or another launcher that sets
+    ``LOCAL_RANK`` and ``WORLD_SIZE``: then it is already one rank of the job."""
+    has_rank_env = "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
+    return has_rank_env or TorchElasticEnvironment.detect() or SLURMEnvironment.detect()
+
+
+def _free_port() -> int:
+    # the port is released before the rendezvous binds it; a race with another process
+    # grabbing it in between is possible but rare on one machine
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def _main_not_reimported(fn: Callable[..., Any]) -> Iterator[None]:
+    """Keep spawned workers from re-running the ``__main__`` script.
+
+    ``multiprocessing``'s spawn imports the parent's main module in every child (as
+    ``__mp_main__``), which re-runs a script's unguarded top-level code. Workers only need
+    ``fn``'s own module, so unless ``fn`` lives in ``__main__`` the main module is hidden
+    from spawn while the workers start.
+    """
+    main = sys.modules.get("__main__")
+    if main is None or getattr(fn, "__module__", None) == "__main__":
+        yield
+        return
+    saved = {
+        name: main.__dict__[name] for name in ("__file__", "__spec__") if name in main.__dict__
+    }
+    main.__spec__ = None
+    main.__dict__.pop("__file__", None)
+    try:
+        yield
+    finally:
+        main.__dict__.update(saved)
+
+
+@contextmanager
+def _worker_threads(nprocs: int) -> Iterator[None]:
+    """Give each worker an equal share of the CPU cores, as torchrun does.
+
+    Workers inherit the parent's environment when they are spawned; without a limit each
+    would start one compute thread per core and they would oversubscribe the machine.
+    """
+    if "OMP_NUM_THREADS" in os.environ:
+        yield
+        return
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nprocs))
+    try:
+        yield
+    finally:
+        del os.environ["OMP_NUM_THREADS"]
+
+
+def _describe_failure(error: ChildFailedError) -> str:
+    rank, failure = error.get_first_failure()
+    message = failure.message
+    if isinstance(message, dict):  # the error file written by @record: message and traceback
+        text = message.get("message", "")
+        trace = message.get("extraInfo", {}).get("py_callstack", "")
+        message = f"{trace}\n{text}" if trace and text not in trace else trace or text
+    if not message:
+        message = f"exit code {failure.exitcode} (no error recorded: killed, or crashed in C++?)"
+    others = sorted(r for r in error.failures if r != rank)
+    also = f" (ranks {others} failed too)" if others else ""
+    return f"worker rank {rank} of the launched job failed{also}:\n{message}"
+
+
+def launch(fn: Callable[..., Any], nprocs: int, *args: Any) -> list[Any]:
+    """Run ``fn(*args)`` in ``nprocs`` local processes and return their results in rank order.
+
+    Uses ``torch.distributed.launcher.api.elastic_launch`` with a c10d rendezvous on a free
+    localhost port, spawned workers and no restarts. Inside ``fn``, a Fabric with
+    ``devices=nprocs`` and the ``ddp`` strategy joins the process group (gloo on the CPU).
+
+    With ``nprocs == 1``, or when this process is already one rank of a job started by
+    torchrun or SLURM, ``fn(*args)`` runs here, in-process, and its result is returned as
+    ``[result]``.
+
+    Workers import ``fn`` by reference and never run ``sys.argv`` again; if ``fn`` is defined in
+    the ``__main__`` script, that script must guard its entry point with
+    ``if __name__ == "__main__":``, as for any spawned process.
+
+    Args:
+        fn: A picklable top-level function (workers import it by reference).
+        nprocs: Processes to start on this machine.
+        *args: Picklable arguments passed to ``fn`` on every rank.
+
+    Returns:
+        ``fn``'s return value on each local rank, in rank order.
+
+    Raises:
+        WorkerFailedError: A worker failed; the message holds its exception and traceback.
+    """
+    if not isinstance(nprocs, int) or nprocs < 1:
+        raise ValueError(f"nprocs={nprocs!r} is not valid; it must be an integer >= 1")
+    if nprocs == 1 or launched_externally():
+        return [fn(*args)]
+    if (
+        getattr(fn, "__qualname__", "").count("<locals>")
+        or getattr(fn, "__name__", "") == "<lambda>"
+    ):
+        raise ValueError(
+            f"launch needs a top-level function that worker processes can import; "
+            f"{getattr(fn, '__qualname__', fn)!r} is a lambda or defined inside a function"
+        )
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nprocs,
+        run_id=f"kiln-{uuid.uuid4().hex[:12]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint=f"127.0.0.1:{_free_port()}",
+        local_addr="127.0.0.1",
+        max_restarts=0,
+        start_method="spawn",
+        monitor_interval=0.1,
+    )
+    try:
+        with _main_not_reimported(fn), _worker_threads(nprocs):
+            results = elastic_launch(config, fn)(*args)
+    except ChildFailedError as error:
+        raise WorkerFailedError(_describe_failure(error)) from None
+    return [results[rank] for rank in sorted(results)]

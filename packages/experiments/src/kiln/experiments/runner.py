@@ -165,8 +165,12 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             )
         if tracker is not None:
             tracker.summarize(
-                {k: summary[k] for k in ("metrics", "telemetry", "global_step")}
-                | {"train_loss": summary["train_loss"]}
+                {
+                    **summary["metrics"],
+                    "telemetry": summary["telemetry"],
+                    "global_step": summary["global_step"],
+                    "train_loss": summary["train_loss"],
+                }
             )
             tracker.finish(summary["status"], summary["error"])
         if is_writer:

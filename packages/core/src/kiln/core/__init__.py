@@ -1,1 +1,17 @@
-"""kiln.core."""
+"""kiln.core: a plain Lightning Fabric loop that gets accumulation, precision, compile and
+checkpoints exactly right. It knows nothing of HF, TIMM, Hydra or W&B."""
+
+from kiln.core.config import COMPILE_MODES, PRECISIONS, CompileConfig, TrainerConfig
+from kiln.core.launch import launch
+from kiln.core.loop import FitResult, NonFiniteLossError, fit
+
+__all__ = [
+    "COMPILE_MODES",
+    "PRECISIONS",
+    "CompileConfig",
+    "FitResult",
+    "NonFiniteLossError",
+    "TrainerConfig",
+    "fit",
+    "launch",
+]

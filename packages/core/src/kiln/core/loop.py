@@ -1,0 +1,489 @@
+"""kiln's training loop: a plain Fabric loop over a LightningModule (no Trainer).
+
+    fabric = L.Fabric(precision=..., devices=..., strategy=...)
+    model = fabric.setup_module(torch.compile(module))        # compile before setup
+    for window in windows_of(train_loader, accumulate_grad_batches):
+        total = all_reduce(sum(count_items(b) for b in window))  # items in the window, all ranks
+        for batch in window:                                    # no DDP sync but on the last
+            out = model.training_step(batch, i)
+            fabric.backward(out["loss"] * out["num_items"] * world_size / total)
+        clip; optimizer.step(); scheduler.step(); zero_grad; global_step += 1
+
+The update of a window therefore equals the update of one batch holding all of its items.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.fabric.plugins import Precision
+
+from kiln.core.checkpoint import (
+    capture_rng_state,
+    find_latest_checkpoint,
+    load_checkpoint,
+    restore_rng_state,
+    save_checkpoint,
+)
+from kiln.core.config import CompileConfig, TrainerConfig
+from kiln.core.contract import count_items, default_count_items
+from kiln.core.data import dataset_size, gather_in_order, set_epoch, training_loader
+from kiln.core.launch import launched_externally
+from kiln.core.progress import Progress
+from kiln.core.telemetry import CompileWatch, StepTimer, peak_memory_mb
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or infinite; the run stops before saving it."""
+
+
+@dataclass
+class FitResult:
+    """What a run returns (on every rank)."""
+
+    global_step: int
+    epoch: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    train_loss: float | None = None
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    checkpoint: str | None = None
+
+
+def fit(
+    module: L.LightningModule,
+    trainer: TrainerConfig,
+    compile: CompileConfig | None = None,
+    *,
+    loggers: Sequence[Any] | None = None,
+    callbacks: Sequence[Any] | None = None,
+    plugins: Sequence[Any] | None = None,
+    run_config: dict[str, Any] | None = None,
+) -> FitResult:
+    """Train ``module`` (see ``kiln.core.contract``) as ``trainer`` and ``compile`` say.
+
+    Args:
+        module: A LightningModule following kiln's module contract.
+        trainer: What the loop does (steps, accumulation, precision, devices, checkpoints).
+        compile: How ``torch.compile`` is applied; ``None`` trains eagerly.
+        loggers: Fabric loggers (``fabric.log_dict`` goes to each; only rank 0 writes).
+        callbacks: Extra objects whose ``on_*`` hooks are called with the module's.
+        plugins: Extra Fabric plugins; a precision plugin replaces ``trainer.precision``.
+        run_config: The run's configuration, stored in every checkpoint.
+
+    Returns:
+        The final step, validation metrics, telemetry and logged history.
+    """
+    compile = compile or CompileConfig()
+    fabric = _build_fabric(trainer, loggers, [module, *(callbacks or [])], plugins)
+    fabric.launch()  # sets up the process group; processes were started by kiln.core.launch
+    fabric.seed_everything(trainer.seed)
+    if trainer.deterministic:
+        torch.use_deterministic_algorithms(True)
+
+    train_loader = training_loader(module.train_dataloader(), fabric, trainer.seed)
+    val_loader = _val_loader(module, fabric)
+    accumulate = trainer.accumulate_grad_batches
+    batches_per_epoch = len(train_loader)
+    windows_per_epoch = math.ceil(batches_per_epoch / accumulate)
+    if windows_per_epoch == 0:
+        raise ValueError(
+            "train_dataloader() yields no batches on this rank: the dataset is smaller than "
+            "batch_size x devices (with drop_last)"
+        )
+    total_steps = trainer.max_steps
+    if trainer.max_epochs is not None:
+        total_steps = min(total_steps, windows_per_epoch * trainer.max_epochs)
+    module.total_steps = total_steps  # for warm-up/decay schedules, read in configure_optimizers
+
+    watch = CompileWatch(compile.recompile_warn_threshold)
+    watch.start()
+    to_setup = (
+        torch.compile(module, **compile.torch_compile_kwargs()) if compile.enabled else module
+    )
+    model = fabric.setup_module(to_setup)  # Fabric re-applies compile outside the DDP wrapper
+    optimizer, scheduler = _optimizers(module.configure_optimizers())
+    optimizer = fabric.setup_optimizers(optimizer)
+    scaler = getattr(fabric.strategy.precision, "scaler", None)  # set with 16-mixed only
+
+    run = _RunState()
+    objects = {"model": model, "optimizer": optimizer}
+    if scheduler is not None:
+        objects["scheduler"] = scheduler
+    if scaler is not None:
+        objects["scaler"] = scaler
+    resume_rng = None
+    ckpt = _checkpoint_to_resume(trainer)
+    if ckpt is not None:
+        rest = load_checkpoint(fabric, ckpt, objects)
+        run.load(rest)
+        resume_rng = rest["rng"]
+        fabric.print(f"resumed from {ckpt} at step {run.global_step}")
+
+    world = fabric.world_size
+    timer = StepTimer()
+    progress = Progress(
+        total_steps, enabled=trainer.progress and fabric.is_global_zero, start_step=run.global_step
+    )
+    run.counts_tokens = callable(getattr(module, "count_items", None))
+    checked_counts = False
+    done = run.global_step >= total_steps
+    fabric.call("on_fit_start")
+    model.train()
+    with progress:
+        while not done:
+            set_epoch(train_loader, trainer.seed, run.epoch)
+            fabric.call("on_train_epoch_start")
+            batches = iter(train_loader)
+            if resume_rng is not None:
+                # Skip what the checkpointed run had consumed, then restore its RNG streams.
+                for _ in islice(batches, run.batch_in_epoch):
+                    pass
+                restore_rng_state(resume_rng)
+                resume_rng = None
+            for window in _windows(batches, accumulate):
+                started = time.perf_counter()
+                counts = [count_items(module, batch) for batch in window]
+                local_total = torch.stack([_as_tensor(c, fabric.device) for c in counts]).sum()
+                total = (
+                    fabric.all_reduce(local_total, reduce_op="sum") if world > 1 else local_total
+                )
+                loss_sum = torch.zeros((), device=fabric.device, dtype=total.dtype)
+                for j, batch in enumerate(window):
+                    is_last = j == len(window) - 1
+                    # Gradients are all-reduced once per window, on its last micro-batch.
+                    with fabric.no_backward_sync(model, enabled=not is_last):
+                        out = model.training_step(batch, run.batch_in_epoch + j)
+                        loss, n = _unpack_step(out)
+                        # DDP averages over ranks, hence * world: the sum is over all items.
+                        n = _as_tensor(n, fabric.device)
+                        weight = n * world / total
+                        fabric.backward(loss * weight.to(_loss_dtype(loss)))
+                    loss_sum += loss.detach().to(loss_sum.dtype) * n
+                    if not checked_counts:
+                        _check_counts(n, counts[j])
+                checked_counts = True
+
+                grad_norm = None
+                if trainer.gradient_clip_norm is not None:
+                    grad_norm = fabric.clip_gradients(
+                        model, optimizer, max_norm=trainer.gradient_clip_norm
+                    )
+                scale_before = scaler.get_scale() if scaler is not None else None
+                optimizer.step()
+                # note: get_scale() is a host sync, paid only with 16-mixed's GradScaler
+                skipped = scaler is not None and scaler.get_scale() < scale_before
+                if skipped:
+                    run.skipped_steps += 1  # the scaler found inf/NaN grads: no update happened
+                elif scheduler is not None:
+                    scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+
+                run.global_step += 1
+                run.batch_in_epoch += len(window)
+                if run.batch_in_epoch >= batches_per_epoch:
+                    fabric.call("on_train_epoch_end")
+                    run.epoch += 1
+                    run.batch_in_epoch = 0
+                if fabric.device.type == "cuda":
+                    torch.cuda.synchronize()  # note: a sync point, so step time is device time
+                samples = sum(default_count_items(b) for b in window) * world
+                run.pending.append(
+                    _Pending(
+                        run.global_step, loss_sum, total, time.perf_counter() - started, samples
+                    )
+                )
+
+                done = run.global_step >= total_steps
+                if done or _is_log_step(run, trainer):
+                    row = _log_train(fabric, run, timer, optimizer, grad_norm)
+                    progress.update(
+                        run.global_step,
+                        row["train/loss"],
+                        timer.summary(trainer.warmup_steps).get("samples_per_s"),
+                    )
+                    watch.check()
+                else:
+                    progress.update(run.global_step, None, None)
+                if done or (
+                    trainer.val_every_n_steps and run.global_step % trainer.val_every_n_steps == 0
+                ):
+                    run.metrics = _validate(fabric, model, module, val_loader, trainer, run)
+                if trainer.checkpoint_dir is not None and (
+                    done
+                    or (
+                        trainer.checkpoint_every_n_steps
+                        and run.global_step % trainer.checkpoint_every_n_steps == 0
+                    )
+                ):
+                    _flush(fabric, run, timer)  # never save weights after a non-finite loss
+                    run.checkpoint = str(
+                        save_checkpoint(
+                            fabric,
+                            trainer.checkpoint_dir,
+                            run.global_step,
+                            {**objects, **run.state(), "config": run_config},
+                            keep_last_k=trainer.keep_last_k,
+                        )
+                    )
+                if done:
+                    break
+    fabric.call("on_fit_end")
+
+    telemetry = {
+        **watch.snapshot(),
+        **timer.summary(trainer.warmup_steps),
+        "peak_memory_mb": peak_memory_mb(fabric.device),
+        "skipped_steps": run.skipped_steps,
+    }
+    if fabric.is_global_zero and fabric.loggers:
+        fabric.log_dict(
+            {f"telemetry/{k}": v for k, v in telemetry.items() if isinstance(v, int | float)},
+            step=run.global_step,
+        )
+        for logger in fabric.loggers:
+            logger.finalize("success")
+    return FitResult(
+        global_step=run.global_step,
+        epoch=run.epoch,
+        metrics=run.metrics,
+        train_loss=run.history[-1]["train/loss"] if run.history else None,
+        telemetry=telemetry,
+        history=run.history,
+        checkpoint=run.checkpoint,
+    )
+
+
+@dataclass
+class _Pending:
+    """A step whose loss still lives on the device; the host reads it at the next sync point."""
+
+    step: int
+    loss_sum: torch.Tensor  # this rank's sum of per-item losses over the window
+    total: torch.Tensor  # items in the window over all ranks
+    seconds: float
+    samples: int
+
+
+@dataclass
+class _RunState:
+    """Where the run stands; everything here but ``pending`` goes into checkpoints."""
+
+    global_step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # micro-batches of the current epoch already trained on
+    skipped_steps: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    checkpoint: str | None = None
+    pending: list[_Pending] = field(default_factory=list)  # steps not yet synced to the host
+    counts_tokens: bool = False  # the module counts tokens (count_items), not samples
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "global_step": self.global_step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "skipped_steps": self.skipped_steps,
+            "history": list(self.history),
+            "metrics": dict(self.metrics),
+        }
+
+    def load(self, state: dict[str, Any]) -> None:
+        for key in ("global_step", "epoch", "batch_in_epoch", "skipped_steps"):
+            setattr(self, key, int(state[key]))
+        self.history = list(state.get("history", []))
+        self.metrics = dict(state.get("metrics", {}))
+
+
+def _build_fabric(
+    trainer: TrainerConfig,
+    loggers: Sequence[Any] | None,
+    callbacks: list[Any],
+    plugins: Sequence[Any] | None,
+) -> L.Fabric:
+    world = trainer.devices * trainer.num_nodes
+    if world > 1 and not launched_externally():
+        raise RuntimeError(
+            f"trainer.devices={trainer.devices} x num_nodes={trainer.num_nodes} needs one process "
+            "per device: start them with kiln.core.launch(fn, nprocs, ...), torchrun or SLURM"
+        )
+    plugins = list(plugins or [])
+    has_precision = any(isinstance(p, Precision) for p in plugins)
+    strategy = trainer.strategy
+    if strategy == "auto" and world > 1:
+        strategy = "ddp"
+    return L.Fabric(
+        accelerator=trainer.accelerator,
+        devices=trainer.devices,
+        num_nodes=trainer.num_nodes,
+        strategy=strategy,
+        precision=None if has_precision else trainer.precision,
+        plugins=plugins or None,
+        loggers=list(loggers or []),
+        callbacks=callbacks,
+    )
+
+
+def _val_loader(module: L.LightningModule, fabric: L.Fabric):
+    hook = getattr(module, "val_dataloader", None)
+    try:
+        loader = hook() if callable(hook) else None
+    except NotImplementedError:  # LightningModule's default hook
+        return None
+    return fabric.setup_dataloaders(loader) if loader is not None else None
+
+
+def _optimizers(configured: Any) -> tuple[torch.optim.Optimizer, Any]:
+    """Accepts an optimizer or Lightning's ``{"optimizer", "lr_scheduler"}`` dict."""
+    if isinstance(configured, torch.optim.Optimizer):
+        return configured, None
+    if isinstance(configured, dict) and isinstance(
+        configured.get("optimizer"), torch.optim.Optimizer
+    ):
+        scheduler = configured.get("lr_scheduler")
+        if isinstance(scheduler, dict):
+            scheduler = scheduler["scheduler"]
+        return configured["optimizer"], scheduler
+    raise TypeError(
+        "configure_optimizers() must return an optimizer or "
+        f"{{'optimizer': opt, 'lr_scheduler': sched}}, got {type(configured).__name__}"
+    )
+
+
+def _checkpoint_to_resume(trainer: TrainerConfig) -> Path | None:
+    if trainer.resume is None:
+        return None
+    if trainer.resume == "auto":
+        return find_latest_checkpoint(trainer.checkpoint_dir)
+    path = Path(trainer.resume)
+    if not path.is_file():
+        raise FileNotFoundError(f"trainer.resume={trainer.resume!r}: no such checkpoint file")
+    return path
+
+
+def _windows(batches: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    """Pre-fetch ``size`` micro-batches at a time; the epoch's last window may be shorter."""
+    while window := list(islice(batches, size)):
+        yield window
+
+
+def _unpack_step(out: Any) -> tuple[torch.Tensor, Any]:
+    if not isinstance(out, dict) or "loss" not in out or "num_items" not in out:
+        raise TypeError(
+            "training_step must return {'loss': mean loss, 'num_items': items it averaged "
+            f"over}}, got {type(out).__name__}"
+            + (f" with keys {sorted(out)}" if isinstance(out, dict) else "")
+        )
+    return out["loss"], out["num_items"]
+
+
+def _as_tensor(value: Any, device: torch.device) -> torch.Tensor:
+    """Item counts as exact floats (float64 holds any count; MPS has no float64)."""
+    dtype = torch.float32 if device.type == "mps" else torch.float64
+    return torch.as_tensor(value, device=device).to(dtype)
+
+
+def _loss_dtype(loss: torch.Tensor) -> torch.dtype:
+    """Weights stay at least fp32, also for a bf16/fp16 loss."""
+    return torch.promote_types(loss.dtype, torch.float32)
+
+
+def _check_counts(reported: Any, counted: Any) -> None:
+    """Once per run: the count that weighted the loss is the count the step averaged over."""
+    if int(reported) != int(counted):
+        raise ValueError(
+            f"training_step reported num_items={int(reported)} but count_items(batch) gives "
+            f"{int(counted)}; define count_items(batch) on the module to count what the loss "
+            "averages over (e.g. non-padding label tokens)"
+        )
+
+
+def _is_log_step(run: _RunState, trainer: TrainerConfig) -> bool:
+    return run.global_step % trainer.log_every_n_steps == 0
+
+
+def _flush(fabric: L.Fabric, run: _RunState, timer: StepTimer) -> list[tuple[int, float]]:
+    """Bring pending window losses to the host (a sync point) and stop on a non-finite one."""
+    if not run.pending:
+        return []
+    pending, run.pending = run.pending, []
+    sums = torch.stack([p.loss_sum for p in pending])
+    if fabric.world_size > 1:
+        sums = fabric.all_reduce(sums, reduce_op="sum")
+    totals = torch.stack([p.total for p in pending])
+    losses = (sums / totals).tolist()
+    for p, total in zip(pending, totals.tolist(), strict=True):
+        timer.record(p.seconds, p.samples, int(total) if run.counts_tokens else None)
+    for p, value in zip(pending, losses, strict=True):
+        if not math.isfinite(value):
+            raise NonFiniteLossError(
+                f"loss is {value} at step {p.step}; stopping before it reaches a checkpoint "
+                "(the last good checkpoint stays)"
+            )
+    return [(p.step, value) for p, value in zip(pending, losses, strict=True)]
+
+
+def _log_train(
+    fabric: L.Fabric, run: _RunState, timer: StepTimer, optimizer: Any, grad_norm: Any
+) -> dict[str, Any]:
+    step, loss = _flush(fabric, run, timer)[-1]
+    row: dict[str, Any] = {
+        "step": step,
+        "train/loss": loss,
+        "train/lr": optimizer.param_groups[0]["lr"],
+        "train/skipped_steps": run.skipped_steps,
+    }
+    if grad_norm is not None:
+        row["train/grad_norm"] = float(grad_norm)
+    run.history.append(row)
+    fabric.log_dict({k: v for k, v in row.items() if k != "step"}, step=step)
+    return row
+
+
+def _validate(
+    fabric: L.Fabric,
+    model: Any,
+    module: L.LightningModule,
+    loader: Any,
+    trainer: TrainerConfig,
+    run: _RunState,
+) -> dict[str, float]:
+    if loader is None or not callable(getattr(module, "validation_step", None)):
+        return run.metrics
+    fabric.call("on_validation_start")
+    # Validation must not shift training's random streams (a val loader's iterator draws a
+    # seed), so a run validated at step N trains exactly as one that was not.
+    rng = capture_rng_state()
+    model.eval()
+    outputs: dict[str, list[torch.Tensor]] = defaultdict(list)
+    with torch.no_grad():
+        for i, batch in enumerate(loader):
+            if trainer.limit_val_batches is not None and i >= trainer.limit_val_batches:
+                break
+            for key, value in model.validation_step(batch, i).items():
+                outputs[key].append(value.detach())
+    model.train()
+    restore_rng_state(rng)
+    size = dataset_size(loader)
+    gathered = {k: gather_in_order(fabric, torch.cat(v), size) for k, v in outputs.items()}
+    compute = getattr(module, "validation_metrics", None)
+    if callable(compute):
+        metrics = compute(gathered)
+    elif "loss" in gathered:
+        metrics = {"loss": gathered["loss"].float().mean().item()}
+    else:
+        raise TypeError("define validation_metrics(outputs) on the module, or return 'loss'")
+    metrics = {f"val/{k}": float(v) for k, v in metrics.items()}
+    fabric.log_dict(metrics, step=run.global_step)
+    fabric.call("on_validation_end")
+    return metrics

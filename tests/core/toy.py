@@ -1,0 +1,122 @@
+"""Tiny LightningModules for kiln.core's tests (importable by spawned workers too)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+
+VOCAB = 11
+PAD = 0
+
+
+class ToySequences(Dataset):
+    """Padded token sequences of random lengths: per-item losses weight by token count."""
+
+    def __init__(self, n: int, max_len: int = 8, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.ids = torch.randint(1, VOCAB, (n, max_len), generator=g)
+        lengths = torch.randint(1, max_len + 1, (n,), generator=g)
+        mask = torch.arange(max_len)[None, :] < lengths[:, None]
+        self.ids[~mask] = PAD
+        self.labels = torch.randint(0, VOCAB, (n, max_len), generator=g)
+        self.labels[~mask] = -100
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.ids[i], "labels": self.labels[i]}
+
+
+class ToyTokenModule(L.LightningModule):
+    """Per-token classifier whose loss averages over non-padding tokens."""
+
+    def __init__(
+        self,
+        n: int = 32,
+        batch_size: int = 4,
+        lr: float = 0.1,
+        shuffle: bool = False,
+        dropout: float = 0.0,
+        scheduler: bool = False,
+        momentum: float = 0.0,
+        step_sleep: float = 0.0,
+    ) -> None:
+        super().__init__()
+        torch.manual_seed(1234)
+        self.embed = torch.nn.Embedding(VOCAB, 16)
+        self.drop = torch.nn.Dropout(dropout)
+        self.head = torch.nn.Linear(16, VOCAB)
+        self.data = ToySequences(n)
+        self.val_data = ToySequences(10, seed=1)
+        self.batch_size, self.lr, self.shuffle = batch_size, lr, shuffle
+        self.use_scheduler, self.momentum = scheduler, momentum
+        self.step_sleep = float(os.environ.get("KILN_TEST_STEP_SLEEP", step_sleep))
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.drop(self.embed(input_ids)))
+
+    def token_loss_sum(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self(batch["input_ids"])
+        loss = F.cross_entropy(
+            logits.flatten(0, 1), batch["labels"].flatten(), reduction="sum", ignore_index=-100
+        )
+        return loss, (batch["labels"] != -100).sum()
+
+    def training_step(self, batch, batch_idx):
+        if self.step_sleep:
+            time.sleep(self.step_sleep)
+        loss_sum, n = self.token_loss_sum(batch)
+        return {"loss": loss_sum / n, "num_items": n}
+
+    def count_items(self, batch) -> torch.Tensor:
+        return (batch["labels"] != -100).sum()
+
+    def validation_step(self, batch, batch_idx):
+        logits = self(batch["input_ids"])
+        nll = F.cross_entropy(
+            logits.transpose(1, 2), batch["labels"], reduction="none", ignore_index=-100
+        ).sum(1)
+        return {"nll": nll, "tokens": (batch["labels"] != -100).sum(1)}
+
+    def validation_metrics(self, outputs):
+        return {
+            "nll": (outputs["nll"].sum() / outputs["tokens"].sum()).item(),
+            "samples": float(len(outputs["nll"])),
+        }
+
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=self.lr, momentum=self.momentum)
+        if not self.use_scheduler:
+            return opt
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+        return {"optimizer": opt, "lr_scheduler": sched}
+
+    def train_dataloader(self):
+        return DataLoader(self.data, batch_size=self.batch_size, shuffle=self.shuffle)
+
+    def val_dataloader(self):
+        return DataLoader(self.val_data, batch_size=4)
+
+
+@contextmanager
+def float64_outputs() -> Iterator[None]:
+    """With ``64-true`` Fabric casts module outputs to the default dtype; make that float64 so
+    comparisons against a float64 reference are exact to float64 rounding."""
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(saved)
+
+
+def weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}

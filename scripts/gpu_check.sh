@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# kiln's GPU check: the CUDA-only kiln-bench paths on a few tiny models, then the report.
+#
+#   scripts/gpu_check.sh            # on a machine with a CUDA GPU and only this repository
+#
+# Covers reduce-overhead (CUDA graphs), 16-mixed (fp16 AMP with its GradScaler), bf16-mixed
+# and max-autotune; each job checks loss and gradients against eager. Sets up its own
+# environment (uv, then `uv sync` from the committed uv.lock) and exits 0 with a message
+# when there is no CUDA GPU. Sized to finish within 8 minutes on one H200.
+# Environment: KILN_GPU_CHECK_DIR (output dir), KILN_SKIP_SYNC=1 (use the existing .venv).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "gpu_check: no CUDA GPU here (nvidia-smi finds none); skipping"
+    exit 0
+fi
+nvidia-smi -L
+
+export WANDB_MODE="${WANDB_MODE:-offline}" HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
+    TOKENIZERS_PARALLELISM=false
+if [[ "${KILN_SKIP_SYNC:-0}" != 1 ]]; then
+    if ! command -v uv >/dev/null 2>&1; then
+        python3 -m pip install --quiet uv || python3 -m pip install --quiet --user uv || exit 1
+        export PATH="$HOME/.local/bin:$PATH"
+    fi
+    UV="$(command -v uv || echo "python3 -m uv")"
+    $UV sync --frozen --all-packages || { echo "gpu_check: uv sync failed"; exit 1; }
+fi
+PY=.venv/bin/python
+if ! $PY -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    echo "gpu_check: torch $($PY -c 'import torch; print(torch.__version__)') sees no CUDA device; skipping"
+    exit 0
+fi
+
+OUT="${KILN_GPU_CHECK_DIR:-outputs/gpu_check/$(date +%Y-%m-%d_%H-%M-%S)}"
+COMMON=(trainer.accelerator=cuda bench.repeats=10 bench.warmup=3 bench.batch_size=32
+        "hydra.sweep.dir=$OUT")
+status=0
+# 2 models x {default, reduce-overhead} x {16-mixed, bf16-mixed} = 8 jobs
+timeout 330 .venv/bin/kiln-bench -m model=bert-tiny-cls,resnet-tiny \
+    compile=default,reduce-overhead precision=16-mixed,bf16-mixed \
+    "${COMMON[@]}" 'hydra.sweep.subdir=modes_${hydra.job.num}' || status=$?
+# max-autotune (Triton autotuning) on one model, bf16-mixed, plus its fp32 eager control
+timeout 150 .venv/bin/kiln-bench -m model=bert-tiny-cls compile=max-autotune,none \
+    precision=bf16-mixed "${COMMON[@]}" 'hydra.sweep.subdir=autotune_${hydra.job.num}' \
+    || status=$?
+.venv/bin/kiln-report "$OUT" || status=$?
+echo "gpu_check: report in $OUT (exit status $status: non-zero when a job failed or timed out)"
+exit "$status"

@@ -20,6 +20,7 @@ from kiln.models.optim import OptimizerConfig, SchedulerConfig
 from kiln.models.registry import register_model
 
 TINY_RESNET = {"layers": [1, 1, 1, 1], "channels": [8, 16, 32, 64]}
+DIGITS_RESNET = {"layers": [1, 1, 1, 1], "channels": [32, 64, 128, 256]}
 TINY_VIT = {"patch_size": 8, "depth": 2, "embed_dim": 32, "num_heads": 2}
 
 
@@ -78,7 +79,7 @@ class TimmClassifier(KilnModule):
         self.data_config = resolve_data_config(
             {"input_size": input_size} if input_size else {}, model=self.model
         )
-        self._check_input_size()
+        self.check_input_size(self.input_size)
         self._attach_data()
 
     @property
@@ -86,16 +87,16 @@ class TimmClassifier(KilnModule):
         """(channels, height, width) the model takes and the data is transformed to."""
         return tuple(self.data_config["input_size"])
 
-    def _check_input_size(self) -> None:
+    def check_input_size(self, input_size: tuple[int, int, int]) -> None:
         """Run one dummy image through the model now, so a bad size fails before training."""
         was_training = self.model.training
         self.model.eval()
         try:
             with torch.no_grad():
-                self.model(torch.zeros(1, *self.input_size))
+                self.model(torch.zeros(1, *input_size))
         except Exception as err:  # timm raises AssertionError, RuntimeError, ValueError...
             raise ValueError(
-                f"timm model {self.arch!r} cannot take images of size {self.input_size} "
+                f"timm model {self.arch!r} cannot take images of size {tuple(input_size)} "
                 f"(channels, height, width): {err}. Pass img_size= the model supports (ViTs "
                 "take it at construction; the patch size must divide it)"
             ) from err
@@ -145,8 +146,9 @@ _TINY_TIMM = {"arch": "resnet18", "img_size": 16, "model_kwargs": TINY_RESNET}
 
 @register_model("resnet-digits", task="image-classification", tiny={"model_kwargs": TINY_RESNET})
 def resnet_digits(**kwargs: Any) -> TimmClassifier:
-    """A ResNet-18 for 32x32 inputs (``digits`` upscaled); a CNN trained from scratch."""
+    """A half-width ResNet-10 (timm ``resnet18``, one block per stage) at 32x32, for ``digits``."""
     kwargs.setdefault("img_size", 32)
+    kwargs["model_kwargs"] = {**DIGITS_RESNET, **kwargs.get("model_kwargs", {})}
     return TimmClassifier(arch="resnet18", **kwargs)
 
 

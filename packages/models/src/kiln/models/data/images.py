@@ -48,6 +48,8 @@ class ImageClassificationData(DataModule):
             (a hub name, or ``imagefolder``-style builders with ``data_files``).
         image_column: The image column (PIL images or arrays).
         label_column: The integer / ``ClassLabel`` label column.
+        img_size: Resize images to this size; ``None`` uses the model's input size. A size
+            the model cannot take fails when the data is attached, before training.
         augment: Random resized crops (no flips: digits are not symmetric) in training.
         val_fraction: Held-out fraction when the data has no validation split.
         **kwargs: See ``DataModule`` (batch sizes, workers, seed) and ``load_raw``.
@@ -58,6 +60,7 @@ class ImageClassificationData(DataModule):
         dataset: str = DIGITS,
         image_column: str = "image",
         label_column: str = "label",
+        img_size: int | None = None,
         augment: bool = False,
         val_fraction: float = 0.2,
         subset: str | None = None,
@@ -74,6 +77,7 @@ class ImageClassificationData(DataModule):
         self.dataset = dataset
         self.image_column = image_column
         self.label_column = label_column
+        self.img_size = img_size
         self.augment = augment
         self.val_fraction = val_fraction
         self.subset = subset
@@ -116,7 +120,12 @@ class ImageClassificationData(DataModule):
                 f"the model has num_classes={module.num_classes} but {self.dataset!r} has "
                 f"{self.num_labels} classes; use num_classes={self.num_labels} (or None to infer)"
             )
-        self.data_config = dict(module.data_config)
+        config = dict(module.data_config)
+        if self.img_size is not None:
+            config["input_size"] = (config["input_size"][0], self.img_size, self.img_size)
+            if config["input_size"] != tuple(module.input_size):
+                module.check_input_size(config["input_size"])
+        self.data_config = config
 
     def _setup(self) -> None:
         if self.data_config is None:

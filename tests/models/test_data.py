@@ -1,0 +1,135 @@
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_data, tiny_model
+
+from kiln.models.data import (
+    IGNORE_INDEX,
+    CausalLMData,
+    ImageClassificationData,
+    TextClassificationData,
+    generate_sentiment,
+)
+
+
+def test_generated_sentiment_is_deterministic_and_balanced():
+    a, b = generate_sentiment(200, seed=3), generate_sentiment(200, seed=3)
+    assert a == b
+    assert generate_sentiment(200, seed=4) != a
+    assert sum(a["label"]) == 100
+    assert any(" not " in t or "hardly" in t for t in a["text"])
+    assert any(t.startswith("i expected") for t in a["text"])
+
+
+def test_bag_of_words_cannot_solve_the_generated_sentiment():
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    train, val = generate_sentiment(4000, seed=0), generate_sentiment(1000, seed=1)
+    vec = CountVectorizer(ngram_range=(1, 1))
+    clf = LogisticRegression(max_iter=2000).fit(vec.fit_transform(train["text"]), train["label"])
+    accuracy = clf.score(vec.transform(val["text"]), val["label"])
+    assert accuracy < 0.8, f"a bag of words reaches {accuracy:.2f}: the data needs more context"
+
+
+def test_text_batches_have_one_static_shape_and_val_padding_is_ignored():
+    module = tiny_model("bert-tiny-cls", data=True)
+    data = module.data_module
+    train = list(data.train_dataloader())
+    assert len(train) == 64 // 8  # drop_last
+    assert {tuple(b["input_ids"].shape) for b in train} == {(8, 32)}
+    val = list(data.val_dataloader())  # 40 rows -> 5 full batches of 8
+    assert {tuple(b["input_ids"].shape) for b in val} == {(8, 32)}
+    data.val_batch_size = 16  # 40 rows -> 48: 8 padding rows with ignored labels
+    val = list(data.val_dataloader())
+    assert {tuple(b["input_ids"].shape) for b in val} == {(16, 32)}
+    labels = torch.cat([b["labels"] for b in val])
+    assert (labels == IGNORE_INDEX).sum() == 8 and (labels[:40] != IGNORE_INDEX).all()
+
+
+def test_tokenized_data_is_cached_on_disk(kiln_cache):
+    first = tiny_data("text-classification", tokenizer=tiny_model("bert-tiny-cls").tokenizer)
+    first.setup()
+    second = tiny_data("text-classification", tokenizer=first.tokenizer)
+    second.setup()
+    assert first.train_set.cache_files == second.train_set.cache_files
+    assert first.train_set.cache_files[0]["filename"].startswith(kiln_cache)
+
+
+def test_causal_lm_labels_ignore_padding_and_count_tokens():
+    module = tiny_model("gpt2-tiny-lm", data=True)
+    batch = next(iter(module.data_module.train_dataloader()))
+    mask = batch["attention_mask"].bool()
+    assert (batch["labels"][mask] == batch["input_ids"][mask]).all()
+    assert (batch["labels"][~mask] == IGNORE_INDEX).all()
+    expected = int(mask[:, 1:].sum())  # label tokens after the shift
+    assert int(module.count_items(batch)) == expected
+    assert int(module.training_step(batch, 0)["num_items"]) == expected
+
+
+def test_length_buckets_pad_each_batch_to_a_few_lengths():
+    module = tiny_model("bert-tiny-cls")
+    data = tiny_data("text-classification", padding="buckets", buckets=(8, 16), max_length=32)
+    data.attach(module)
+    lengths = {b["input_ids"].shape[1] for b in data.train_dataloader()}
+    assert lengths <= {8, 16, 32} and lengths
+    batch = next(iter(data.train_dataloader()))
+    real = batch["attention_mask"].sum(1)
+    assert (batch["input_ids"][0, real[0] :] == data.tokenizer.pad_token_id).all()
+
+
+def test_missing_column_names_the_columns_found(tmp_path):
+    path = tmp_path / "reviews.csv"
+    path.write_text("review,stars\ngood,pos\nbad,neg\nfine,pos\nawful,neg\n")
+    with pytest.raises(ValueError, match=r"'text' is not in the data; columns found: \['review"):
+        TextClassificationData(dataset=str(path), val_split=None, val_fraction=0.5).raw()
+    data = TextClassificationData(
+        dataset="csv",
+        data_files={"train": str(path), "validation": str(path)},
+        text_column="review",
+        label_column="stars",
+    )
+    assert data.num_labels == 2 and data.label_names == ["neg", "pos"]
+
+
+def test_label_count_that_does_not_fit_the_data_fails_before_training():
+    with pytest.raises(ValueError, match=r"num_labels=1 but the data .* labels 0..1"):
+        tiny_model("bert-tiny-cls", data=True, num_labels=1)
+    with pytest.raises(ValueError, match="num_classes=5 but 'digits' has 10 classes"):
+        tiny_model("resnet-tiny", data=True, num_classes=5)
+    assert tiny_model("bert-tiny-cls", data=True).num_labels == 2  # inferred
+
+
+def test_tokenizer_larger_than_the_embedding_fails_clearly():
+    with pytest.raises(ValueError, match="tokenizer has 30522 tokens but the model's embedding"):
+        tiny_model("gpt2-tiny-lm", data=True, config_overrides={"vocab_size": 1000})
+    with pytest.raises(ValueError, match="max_length=256 exceeds the model's 128 positions"):
+        tiny_model("gpt2-tiny-lm", data=CausalLMData(num_train=16, num_val=8, max_length=256))
+
+
+def test_loader_workers_do_not_deadlock():
+    module = tiny_model("bert-tiny-cls", data=True)
+    module.data_module.num_workers = 2
+    loader = module.data_module.train_dataloader()
+    loader.timeout = 60  # a deadlocked worker fails the test instead of hanging it
+    for _ in range(2):  # persistent workers survive a second epoch
+        assert sum(b["input_ids"].shape[0] for b in loader) == 64
+
+
+def test_digits_are_upscaled_and_replicated_to_the_model_input():
+    module = tiny_model("vit-tiny", data=True)
+    assert module.input_size == (3, 32, 32)
+    batch = next(iter(module.data_module.train_dataloader()))
+    pixels = batch["pixel_values"]
+    assert pixels.shape == (16, 3, 32, 32) and batch["labels"].shape == (16,)
+    mean, std = module.data_config["mean"], module.data_config["std"]
+    grey = [pixels[:, c] * std[c] + mean[c] for c in range(3)]  # undo the normalization
+    assert np.allclose(grey[0], grey[1], atol=1e-5) and np.allclose(grey[0], grey[2], atol=1e-5)
+    val = list(module.data_module.val_dataloader())  # 360 rows -> 12 batches of 32, padded
+    assert {tuple(b["pixel_values"].shape) for b in val} == {(32, 3, 32, 32)}
+    assert sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in val) == 360
+
+
+def test_image_data_must_be_attached_before_loading():
+    with pytest.raises(RuntimeError, match="attach"):
+        ImageClassificationData().train_dataloader()

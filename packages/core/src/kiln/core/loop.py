@@ -162,7 +162,7 @@ def fit(
                     is_last = j == len(window) - 1
                     # Gradients are all-reduced once per window, on its last micro-batch.
                     with fabric.no_backward_sync(model, enabled=not is_last):
-                        out = model.training_step(batch, run.batch_in_epoch + j)
+                        out = _call(fabric, model, "training_step", batch, run.batch_in_epoch + j)
                         loss, n = _unpack_step(out)
                         # DDP averages over ranks, hence * world: the sum is over all items.
                         n = _as_tensor(n, fabric.device)
@@ -377,6 +377,20 @@ def _windows(batches: Iterator[Any], size: int) -> Iterator[list[Any]]:
         yield window
 
 
+def _call(fabric: L.Fabric, model: Any, hook: str, *args: Any) -> Any:
+    """Call a step hook under Fabric's precision (autocast, input/output dtypes).
+
+    Fabric applies precision in ``forward``; it routes step hooks through ``forward`` only
+    when the module is wrapped (DDP, compile), so on one eager device bf16-mixed would
+    silently run in fp32. Applying it here too is harmless when Fabric already did.
+    """
+    precision = fabric.strategy.precision
+    args = precision.convert_input(args)
+    with precision.forward_context():
+        out = getattr(model, hook)(*args)
+    return precision.convert_output(out)
+
+
 def _unpack_step(out: Any) -> tuple[torch.Tensor, Any]:
     if not isinstance(out, dict) or "loss" not in out or "num_items" not in out:
         raise TypeError(
@@ -470,7 +484,7 @@ def _validate(
         for i, batch in enumerate(loader):
             if trainer.limit_val_batches is not None and i >= trainer.limit_val_batches:
                 break
-            for key, value in model.validation_step(batch, i).items():
+            for key, value in _call(fabric, model, "validation_step", batch, i).items():
                 outputs[key].append(value.detach())
     model.train()
     restore_rng_state(rng)

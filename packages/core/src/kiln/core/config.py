@@ -44,7 +44,9 @@ class CompileConfig:
     def __post_init__(self) -> None:
         _check_choice("compile.mode", self.mode, COMPILE_MODES)
         if not isinstance(self.backend, str) or not self.backend:
-            raise ValueError(f"compile.backend={self.backend!r} is not valid; name a dynamo backend")
+            raise ValueError(
+                f"compile.backend={self.backend!r} is not valid; name a dynamo backend"
+            )
         _check_positive("compile.recompile_warn_threshold", self.recompile_warn_threshold)
 
     @property
@@ -53,7 +55,11 @@ class CompileConfig:
 
     def torch_compile_kwargs(self) -> dict:
         """Keyword arguments for ``torch.compile`` (the inductor mode only applies to inductor)."""
-        kwargs: dict = {"backend": self.backend, "fullgraph": self.fullgraph, "dynamic": self.dynamic}
+        kwargs: dict = {
+            "backend": self.backend,
+            "fullgraph": self.fullgraph,
+            "dynamic": self.dynamic,
+        }
         if self.backend == "inductor" and self.mode != "default":
             kwargs["mode"] = self.mode
         return kwargs
@@ -64,7 +70,7 @@ class TrainerConfig:
     """What the Fabric loop does. Steps are optimizer steps (windows of micro-batches)."""
 
     max_steps: int = 100
-    """Optimizer steps to train for; the run stops at whichever of max_steps/max_epochs comes first."""
+    """Optimizer steps to train for; the run stops at max_steps or max_epochs, whichever first."""
     max_epochs: int | None = None
     """Epochs to train for, or ``None`` for no limit (then ``max_steps`` decides)."""
     accumulate_grad_batches: int = 1
@@ -72,7 +78,7 @@ class TrainerConfig:
     gradient_clip_norm: float | None = None
     """Clip the global gradient norm to this value; ``None`` disables clipping."""
     precision: str = "32-true"
-    """Fabric precision: ``32-true``, ``bf16-mixed``, ``16-mixed``, ``bf16-true`` (``64-true`` for tests)."""
+    """Fabric precision: ``32-true``, ``bf16-mixed``, ``16-mixed``, ``bf16-true``, ``64-true``."""
     accelerator: str = "auto"
     """``auto``, ``cpu``, ``cuda``, ``mps``."""
     devices: int = 1
@@ -94,7 +100,7 @@ class TrainerConfig:
     checkpoint_dir: str | None = None
     """Where checkpoints go; ``None`` disables checkpointing."""
     checkpoint_every_n_steps: int | None = None
-    """Save every N optimizer steps; a final checkpoint is always saved when checkpoint_dir is set."""
+    """Save every N optimizer steps; with a checkpoint_dir the final step is always saved."""
     keep_last_k: int = 2
     """How many of the newest checkpoints to keep."""
     resume: str | None = None
@@ -125,6 +131,8 @@ class TrainerConfig:
         if self.warmup_steps < 0:
             raise ValueError(f"trainer.warmup_steps={self.warmup_steps!r} must be >= 0")
         if self.resume is not None and self.resume != "auto" and not isinstance(self.resume, str):
-            raise ValueError(f"trainer.resume={self.resume!r}: use null, 'auto' or a checkpoint path")
+            raise ValueError(
+                f"trainer.resume={self.resume!r}: use null, 'auto' or a checkpoint path"
+            )
         if self.resume == "auto" and self.checkpoint_dir is None:
             raise ValueError("trainer.resume='auto' needs trainer.checkpoint_dir to look in")

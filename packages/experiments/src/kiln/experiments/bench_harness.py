@@ -15,8 +15,8 @@ Modelled on PyTorch's ``benchmarks/dynamo`` harness:
    gradients are compared (accuracy), and the compiled one's wall time is the compile time.
 4. Both variants warm up, then run interleaved (A B A B ...) ``repeats`` times; speedup is
    median eager / median compiled, the spread the 25th/75th percentile of per-pair ratios.
-5. Peak memory of each variant (see :mod:`kiln.experiments.bench_memory`), graph breaks and
-   recompiles from dynamo's counters, and dynamo's own compile-time metrics.
+5. Peak memory of each variant (see :mod:`kiln.experiments.bench_memory`); graph breaks,
+   recompiles and torch's own compile seconds from kiln.core's ``CompileWatch``.
 
 Nothing raises out of :func:`run_benchmark`: an exception becomes a result with status
 ``error`` and the stage it happened in, so one bad model never stops a sweep.
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 import time
 import traceback
 from collections.abc import Callable
@@ -38,6 +37,7 @@ from lightning.fabric.utilities import move_data_to_device
 from torch import nn
 
 from kiln.core.config import PRECISIONS, CompileConfig
+from kiln.core.telemetry import CompileWatch
 from kiln.experiments.bench_memory import peak_memory_mb
 from kiln.experiments.bench_stats import speedup_stats
 
@@ -232,34 +232,9 @@ def compare(eager: dict, compiled: dict, tolerance: float) -> dict[str, Any]:
     }
 
 
-def dynamo_stats() -> dict[str, Any]:
-    """Graph breaks, recompiles and compile times dynamo counted since the last reset."""
-    from torch._dynamo.utils import counters, get_compilation_metrics
-
-    breaks = counters["graph_break"]
-    recompiles = 0
-    compile_s = 0.0
-    for metric in get_compilation_metrics():
-        match = re.search(r"(\d+)/(\d+)", str(metric.compile_id or ""))
-        if match and int(match.group(2)) > 0:
-            recompiles += 1  # the N-th (N > 0) compilation of a frame already compiled
-        compile_s += metric.entire_frame_compile_time_s or 0.0
-    return {
-        "graph_breaks": int(sum(breaks.values())),
-        "graph_break_reasons": [r.splitlines()[0][:200] for r in list(breaks)[:5]],
-        "recompiles": recompiles,
-        "unique_graphs": int(counters["stats"]["unique_graphs"]),
-        "dynamo_compile_time_s": compile_s,
-    }
-
-
 def reset_dynamo() -> None:
-    """Forget compiled code and counters, so each benchmark starts cold and counts its own."""
-    from torch._dynamo.utils import clear_compilation_metrics, counters
-
+    """Forget compiled code, so each benchmark (one of several in a process) starts cold."""
     torch._dynamo.reset()
-    counters.clear()
-    clear_compilation_metrics()
 
 
 def run_benchmark(
@@ -316,10 +291,12 @@ def run_benchmark(
     }
     stage = "setup"
     eager = compiled = None
+    watch = CompileWatch(threshold=compile.recompile_warn_threshold)
     try:
         device = resolve_device(accelerator)
         result["device"] = str(device)
         reset_dynamo()
+        watch.start()  # counts this benchmark's compiles, recompiles and graph breaks
         disable_dropout(module).train()
         if getattr(module, "total_steps", 0) is None:  # schedulers size themselves by it
             module.total_steps = 1 + warmup + repeats + 2 * memory_steps
@@ -367,7 +344,7 @@ def run_benchmark(
             result["memory_compiled_mb"] = mem_c
             result["memory_ratio"] = mem_c / mem_e if mem_e and mem_c is not None else None
 
-        result.update(dynamo_stats())
+        result.update(_compile_stats(watch))
         acc = result["accuracy"]
         if acc["ok"]:
             result["status"] = "pass"
@@ -387,7 +364,7 @@ def run_benchmark(
         result["reason"] = f"{stage}: {type(exc).__name__}: {str(exc).strip()[:500]}"
         result["traceback"] = traceback.format_exc(limit=8)
         try:
-            result.update(dynamo_stats())
+            result.update(_compile_stats(watch))
         except Exception:  # stats are best effort after a failure
             pass
     finally:
@@ -396,3 +373,10 @@ def run_benchmark(
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return result
+
+
+def _compile_stats(watch: CompileWatch) -> dict[str, Any]:
+    """Graph breaks, recompiles and torch's own compile seconds (all frames, lazy backward)."""
+    stats = watch.snapshot()
+    stats["dynamo_compile_time_s"] = stats.pop("compile_time_s")
+    return stats

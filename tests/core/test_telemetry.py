@@ -33,6 +33,17 @@ def test_step_timer_tokens_only_from_counted_steps_and_absent_without_any():
     assert "tokens_per_s" not in no_tokens.summary(0)
 
 
+def test_recent_throughput_covers_the_last_steps():
+    timer = StepTimer()
+    assert timer.recent_samples_per_s(10) is None
+    for seconds in (10.0, 1.0, 1.0):
+        timer.record(seconds, samples=4)
+    assert timer.recent_samples_per_s(2) == pytest.approx(8 / 2)
+    assert timer.recent_samples_per_s(100) == pytest.approx(12 / 12)
+    with pytest.raises(ValueError, match="steps=0"):
+        timer.recent_samples_per_s(0)
+
+
 def test_step_timer_falls_back_when_shorter_than_warmup():
     timer = StepTimer()
     assert timer.summary(3) == {

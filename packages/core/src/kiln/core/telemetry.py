@@ -11,10 +11,10 @@
 
 from __future__ import annotations
 
+import math
 import resource
 import sys
 import warnings
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -23,26 +23,25 @@ import torch._dynamo.utils as dynamo_utils
 # -- step time ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Step:
-    seconds: float
-    samples: int
-    tokens: int | None
-
-
 class StepTimer:
     """Wall time, samples and tokens of every optimizer step.
 
     The loop measures each step (after a device synchronize where the device runs
     asynchronously) and calls :meth:`record`; :meth:`summary` turns the steps after warm-up
-    into the run's step-time figures.
+    into the run's step-time figures at the end, and :meth:`recent_samples_per_s` gives the
+    current throughput at log steps in constant time.
     """
 
     def __init__(self) -> None:
-        self._steps: list[_Step] = []
+        self._seconds: list[float] = []
+        self._samples: list[int] = []
+        self._tokens: list[float] = []  # NaN where a step's tokens were not counted
+        # running totals make recent throughput O(1) however long the run
+        self._cum_seconds: list[float] = [0.0]
+        self._cum_samples: list[int] = [0]
 
     def __len__(self) -> int:
-        return len(self._steps)
+        return len(self._seconds)
 
     def record(self, seconds: float, samples: int, tokens: int | None = None) -> None:
         """Add one optimizer step.
@@ -54,8 +53,20 @@ class StepTimer:
         """
         if seconds < 0:
             raise ValueError(f"seconds={seconds} is not valid; a step time must be >= 0")
-        tokens = None if tokens is None else int(tokens)
-        self._steps.append(_Step(float(seconds), int(samples), tokens))
+        self._seconds.append(float(seconds))
+        self._samples.append(int(samples))
+        self._tokens.append(math.nan if tokens is None else float(tokens))
+        self._cum_seconds.append(self._cum_seconds[-1] + float(seconds))
+        self._cum_samples.append(self._cum_samples[-1] + int(samples))
+
+    def recent_samples_per_s(self, steps: int) -> float | None:
+        """Throughput over the last ``steps`` recorded steps (fewer if not recorded yet)."""
+        if steps < 1:
+            raise ValueError(f"steps={steps} is not valid; it must be >= 1")
+        first = max(len(self._seconds) - steps, 0)
+        seconds = self._cum_seconds[-1] - self._cum_seconds[first]
+        samples = self._cum_samples[-1] - self._cum_samples[first]
+        return samples / seconds if seconds > 0 else None
 
     def summary(self, warmup_steps: int) -> dict[str, float | int | None]:
         """Step-time figures over the steps after the first ``warmup_steps``.
@@ -71,29 +82,31 @@ class StepTimer:
         """
         if warmup_steps < 0:
             raise ValueError(f"warmup_steps={warmup_steps} is not valid; it must be >= 0")
-        steps = self._steps[warmup_steps:] if len(self._steps) > warmup_steps else self._steps
-        if not steps:
+        first = warmup_steps if len(self._seconds) > warmup_steps else 0
+        if first >= len(self._seconds):
             return {
                 "step_time_median_s": None,
                 "step_time_iqr_s": None,
                 "samples_per_s": None,
                 "measured_steps": 0,
             }
-        seconds = np.array([s.seconds for s in steps])
+        seconds = np.asarray(self._seconds[first:])
         q25, median, q75 = np.percentile(seconds, [25, 50, 75])
-        total = float(seconds.sum())
+        total = self._cum_seconds[-1] - self._cum_seconds[first]
+        samples = self._cum_samples[-1] - self._cum_samples[first]
         result: dict[str, float | int | None] = {
             "step_time_median_s": float(median),
             "step_time_iqr_s": float(q75 - q25),
-            "samples_per_s": sum(s.samples for s in steps) / total if total > 0 else None,
-            "measured_steps": len(steps),
+            "samples_per_s": samples / total if total > 0 else None,
+            "measured_steps": len(seconds),
         }
         # tokens may be counted only on some steps (each count is a host sync)
-        counted = [s for s in steps if s.tokens is not None]
-        if counted:
-            token_time = sum(s.seconds for s in counted)
+        tokens = np.asarray(self._tokens[first:])
+        counted = ~np.isnan(tokens)
+        if counted.any():
+            token_time = float(seconds[counted].sum())
             result["tokens_per_s"] = (
-                sum(s.tokens for s in counted) / token_time if token_time > 0 else None
+                float(tokens[counted].sum()) / token_time if token_time > 0 else None
             )
         return result
 

@@ -129,14 +129,13 @@ def fit(
         resume_rng = rest["rng"]
         fabric.print(f"resumed from {ckpt} at step {run.global_step}")
 
-    world = fabric.world_size
     timer = StepTimer()
     progress = Progress(
         total_steps, enabled=trainer.progress and fabric.is_global_zero, start_step=run.global_step
     )
     run.counts_tokens = callable(getattr(module, "count_items", None))
-    checked_counts = False
-    done = run.global_step >= total_steps
+    start_step = run.global_step
+    done = start_step >= total_steps
     fabric.call("on_fit_start")
     model.train()
     with progress:
@@ -152,42 +151,18 @@ def fit(
                 resume_rng = None
             for window in _windows(batches, accumulate):
                 started = time.perf_counter()
-                counts = [count_items(module, batch) for batch in window]
-                local_total = torch.stack([_as_tensor(c, fabric.device) for c in counts]).sum()
-                total = (
-                    fabric.all_reduce(local_total, reduce_op="sum") if world > 1 else local_total
+                loss_sum, total = _train_window(
+                    fabric,
+                    model,
+                    module,
+                    window,
+                    run.batch_in_epoch,
+                    check=run.global_step == start_step,  # once: count_items vs num_items
                 )
-                loss_sum = torch.zeros((), device=fabric.device, dtype=total.dtype)
-                for j, batch in enumerate(window):
-                    is_last = j == len(window) - 1
-                    # Gradients are all-reduced once per window, on its last micro-batch.
-                    with fabric.no_backward_sync(model, enabled=not is_last):
-                        out = _call(fabric, model, "training_step", batch, run.batch_in_epoch + j)
-                        loss, n = _unpack_step(out)
-                        # DDP averages over ranks, hence * world: the sum is over all items.
-                        n = _as_tensor(n, fabric.device)
-                        weight = n * world / total
-                        fabric.backward(loss * weight.to(_loss_dtype(loss)))
-                    loss_sum += loss.detach().to(loss_sum.dtype) * n
-                    if not checked_counts:
-                        _check_counts(n, counts[j])
-                checked_counts = True
-
-                grad_norm = None
-                if trainer.gradient_clip_norm is not None:
-                    grad_norm = fabric.clip_gradients(
-                        model, optimizer, max_norm=trainer.gradient_clip_norm
-                    )
-                scale_before = scaler.get_scale() if scaler is not None else None
-                optimizer.step()
-                # note: get_scale() is a host sync, paid only with 16-mixed's GradScaler
-                skipped = scaler is not None and scaler.get_scale() < scale_before
-                if skipped:
-                    run.skipped_steps += 1  # the scaler found inf/NaN grads: no update happened
-                elif scheduler is not None:
-                    scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-
+                grad_norm, skipped = _optimizer_step(
+                    fabric, model, optimizer, scheduler, scaler, trainer.gradient_clip_norm
+                )
+                run.skipped_steps += skipped
                 run.global_step += 1
                 run.batch_in_epoch += len(window)
                 if run.batch_in_epoch >= batches_per_epoch:
@@ -196,7 +171,7 @@ def fit(
                     run.batch_in_epoch = 0
                 if fabric.device.type == "cuda":
                     torch.cuda.synchronize()  # note: a sync point, so step time is device time
-                samples = sum(default_count_items(b) for b in window) * world
+                samples = sum(default_count_items(b) for b in window) * fabric.world_size
                 run.pending.append(
                     _Pending(
                         run.global_step, loss_sum, total, time.perf_counter() - started, samples
@@ -204,7 +179,7 @@ def fit(
                 )
 
                 done = run.global_step >= total_steps
-                if done or _is_log_step(run, trainer):
+                if done or _every(run.global_step, trainer.log_every_n_steps):
                     row = _log_train(fabric, run, timer, optimizer, grad_norm)
                     progress.update(
                         run.global_step,
@@ -214,16 +189,10 @@ def fit(
                     watch.check()
                 else:
                     progress.update(run.global_step, None, None)
-                if done or (
-                    trainer.val_every_n_steps and run.global_step % trainer.val_every_n_steps == 0
-                ):
+                if done or _every(run.global_step, trainer.val_every_n_steps):
                     run.metrics = _validate(fabric, model, module, val_loader, trainer, run)
                 if trainer.checkpoint_dir is not None and (
-                    done
-                    or (
-                        trainer.checkpoint_every_n_steps
-                        and run.global_step % trainer.checkpoint_every_n_steps == 0
-                    )
+                    done or _every(run.global_step, trainer.checkpoint_every_n_steps)
                 ):
                     _flush(fabric, run, timer)  # never save weights after a non-finite loss
                     run.checkpoint = str(
@@ -377,6 +346,63 @@ def _windows(batches: Iterator[Any], size: int) -> Iterator[list[Any]]:
         yield window
 
 
+def _train_window(
+    fabric: L.Fabric,
+    model: Any,
+    module: L.LightningModule,
+    window: list[Any],
+    first_batch_idx: int,
+    check: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward and backward every micro-batch of a window; returns (loss sum, item total).
+
+    Each micro-batch's mean loss is weighted by its share of the window's items over all
+    ranks, so the accumulated gradient is that of one batch holding the whole window.
+    """
+    world = fabric.world_size
+    counts = [_as_tensor(count_items(module, batch), fabric.device) for batch in window]
+    total = torch.stack(counts).sum()
+    if world > 1:
+        total = fabric.all_reduce(total, reduce_op="sum")
+    loss_sum = torch.zeros((), device=fabric.device, dtype=total.dtype)
+    for j, batch in enumerate(window):
+        # Gradients are all-reduced once per window, on its last micro-batch.
+        with fabric.no_backward_sync(model, enabled=j < len(window) - 1):
+            loss, n = _unpack_step(
+                _call(fabric, model, "training_step", batch, first_batch_idx + j)
+            )
+            n = _as_tensor(n, fabric.device)
+            if check:
+                _check_counts(n, counts[j])
+            # DDP averages gradients over ranks, hence * world: the sum runs over all items.
+            fabric.backward(loss * (n * world / total).to(_loss_dtype(loss)))
+        loss_sum += loss.detach().to(loss_sum.dtype) * n
+    return loss_sum, total
+
+
+def _optimizer_step(
+    fabric: L.Fabric,
+    model: Any,
+    optimizer: Any,
+    scheduler: Any,
+    scaler: Any,
+    clip_norm: float | None,
+) -> tuple[torch.Tensor | None, bool]:
+    """Clip, step, schedule, zero; returns (grad norm, whether the GradScaler skipped it)."""
+    grad_norm = None
+    if clip_norm is not None:
+        grad_norm = fabric.clip_gradients(model, optimizer, max_norm=clip_norm)
+    scale_before = scaler.get_scale() if scaler is not None else None
+    optimizer.step()
+    # note: get_scale() is a host sync, paid only with 16-mixed's GradScaler. A lower scale
+    # means it found inf/NaN gradients and skipped the update: the schedule must not advance.
+    skipped = scaler is not None and scaler.get_scale() < scale_before
+    if scheduler is not None and not skipped:
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm, skipped
+
+
 def _call(fabric: L.Fabric, model: Any, hook: str, *args: Any) -> Any:
     """Call a step hook under Fabric's precision (autocast, input/output dtypes).
 
@@ -422,8 +448,8 @@ def _check_counts(reported: Any, counted: Any) -> None:
         )
 
 
-def _is_log_step(run: _RunState, trainer: TrainerConfig) -> bool:
-    return run.global_step % trainer.log_every_n_steps == 0
+def _every(step: int, period: int | None) -> bool:
+    return period is not None and step % period == 0
 
 
 def _flush(fabric: L.Fabric, run: _RunState, timer: StepTimer) -> list[tuple[int, float]]:

@@ -113,3 +113,24 @@ def read_run(path: str | Path) -> dict[str, Any]:
         elif kind == "exit":
             info["exit_code"] = record.exit.exit_code
     return info
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m kiln.experiments.wandb_files <run or job dir>``: print an offline run."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("path", help="an offline-run-* directory, a job directory or a .wandb file")
+    parser.add_argument("--history", action="store_true", help="print every logged row")
+    args = parser.parse_args(argv)
+    info = read_run(args.path)
+    print(json.dumps({k: v for k, v in info.items() if k != "config"}, indent=2))
+    summary = {k: v for k, v in read_summary(args.path).items() if not k.startswith("_")}
+    print(json.dumps(summary, indent=2))
+    if args.history:
+        for row in read_history(args.path):
+            print(json.dumps({k: v for k, v in row.items() if not k.startswith("_")}))
+
+
+if __name__ == "__main__":
+    main()

@@ -184,7 +184,7 @@ def fit(
                     progress.update(
                         run.global_step,
                         row["train/loss"],
-                        timer.summary(trainer.warmup_steps).get("samples_per_s"),
+                        timer.recent_samples_per_s(trainer.log_every_n_steps),
                     )
                     watch.check()
                 else:

@@ -27,8 +27,7 @@ def job_table(summary: dict[str, Any]) -> Table:
     """Final metrics and telemetry of one job."""
     status = summary["status"]
     color = "green" if status == "ok" else "red"
-    title = f"kiln-train {summary.get('run_name', '')}: [{color}]{status}"
-    table = Table(title=title, title_justify="left")
+    table = Table(title=f"kiln-train: [{color}]{status}", title_justify="left", min_width=72)
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("global_step", _fmt(summary.get("global_step")))
@@ -36,13 +35,16 @@ def job_table(summary: dict[str, Any]) -> Table:
     for key, value in sorted(summary.get("metrics", {}).items()):
         table.add_row(key, _fmt(value))
     for key, value in summary.get("telemetry", {}).items():
+        if not isinstance(value, int | float):
+            continue  # lists (graph-break reasons) are in summary.json and W&B
         unit = _TELEMETRY_UNITS.get(key, "")
         table.add_row(f"telemetry/{key}", f"{_fmt(value)} {unit}".strip(), style="dim")
     if summary.get("error"):
         table.add_row("error", summary["error"], style="red")
-    table.caption = f"outputs: {summary.get('output_dir')}"
+    table.caption = f"run: {summary.get('run_name')}\noutputs: {summary.get('output_dir')}"
     if summary.get("wandb"):
         table.caption += f"\nW&B run: {summary['wandb']['dir']}"
+    table.caption_justify = "left"
     return table
 
 

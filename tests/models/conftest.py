@@ -36,9 +36,11 @@ def tiny_data(task: str, **kwargs):
     return TextClassificationData(**text)
 
 
-def tiny_model(name: str, data: bool = False, **kwargs):
-    """The registered model ``name`` at its test size, optionally with tiny data."""
+def tiny_model(name: str, data=None, **kwargs):
+    """The registered model ``name`` at its test size; ``data=True`` adds tiny data."""
     entry = km.get_model_entry(name)
-    if data:
+    if data is True:
         kwargs["data"] = tiny_data(entry.task)
+    elif data is not None:
+        kwargs["data"] = data
     return km.create_model(name, **{**entry.tiny, **kwargs})

@@ -237,7 +237,7 @@ class TextClassificationData(_TextData):
         if self._raw is None:
             train, val = super().raw()
             feature = train.features[self.label_column]
-            if not isinstance(feature, datasets.ClassLabel) and feature.dtype == "string":
+            if not isinstance(feature, datasets.ClassLabel) and "string" in str(feature.dtype):
                 # String labels: one sorted mapping shared by both splits.
                 names = sorted(set(train[self.label_column]) | set(val[self.label_column]))
                 label = datasets.ClassLabel(names=names)

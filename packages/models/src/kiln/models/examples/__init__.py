@@ -1,0 +1,1 @@
+"""Runnable examples: ``python -m kiln.models.examples.<name> --help``."""

@@ -64,20 +64,22 @@ def test_single_run_writes_summary_and_one_offline_wandb_run(tmp_path):
 
 
 def test_sweep_goes_on_after_a_failed_job_and_exits_nonzero(tmp_path):
-    # job 0 fails while building (the data has 2 labels), job 1 trains
-    proc = run_train(["-m", *FAST, "+model.num_labels=1,2"], tmp_path)
+    # job 0 diverges to a NaN loss, job 1 trains
+    proc = run_train(
+        ["-m", *FAST, "trainer.gradient_clip_norm=null", "optimizer.lr=1e30,1e-3"], tmp_path
+    )
     assert proc.returncode == 1, explain(proc)
     assert "1 of 2 jobs failed" in proc.stderr
     failed_dir, ok_dir = job_dirs(tmp_path)
     failed, ok = summary(failed_dir), summary(ok_dir)
-    assert failed["status"] == "failed" and "num_labels=1" in failed["error"]
+    assert failed["status"] == "failed" and "NonFiniteLossError" in failed["error"]
     assert ok["status"] == "ok" and ok["global_step"] == 4
     assert failed["sweep_dir"] == ok["sweep_dir"] == str(failed_dir.parent)
-    assert failed["overrides"][-1] == "+model.num_labels=1"
+    assert failed["overrides"][-1] == "optimizer.lr=1e30"
 
     failed_run = wandb_files.read_run(wandb_run_dirs(failed_dir)[0])
     assert failed_run["exit_code"] == 1  # marked failed ...
-    assert "num_labels=1" in wandb_files.read_summary(wandb_run_dirs(failed_dir)[0])["error"]
+    assert "NonFiniteLossError" in wandb_files.read_summary(wandb_run_dirs(failed_dir)[0])["error"]
     ok_run = assert_wandb_holds_every_logged_row(ok_dir, ok)  # ... and never two jobs in one run
     assert ok_run["id"] != failed_run["id"]
     assert ok_run["group"] == failed_run["group"] != ""

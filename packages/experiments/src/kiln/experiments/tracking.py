@@ -104,7 +104,6 @@ class Tracker:
 
     def _start_wandb(self) -> None:
         import wandb
-        from wandb.integration.lightning.fabric import WandbLogger
 
         self.run = wandb.init(
             project=self.cfg.project,
@@ -123,7 +122,9 @@ class Tracker:
         self.run.define_metric(STEP_METRIC)
         self.run.define_metric("*", step_metric=STEP_METRIC, step_sync=True)
         # The logger pickles down to the run's attach id: a worker process re-attaches.
-        self.loggers = [WandbLogger(experiment=self.run)]
+        from kiln.experiments.wandb_logger import KilnWandbLogger
+
+        self.loggers = [KilnWandbLogger(experiment=self.run)]
 
     def summarize(self, values: dict[str, Any]) -> None:
         """Write ``values`` (final metrics, telemetry, status) into the run's summary."""

@@ -13,7 +13,8 @@ Modelled on PyTorch's ``benchmarks/dynamo`` harness:
 3. A step is zero-grad, ``training_step`` (loss), backward, optimizer step, synchronized
    on CUDA. The first step of each variant runs on the same batch and weights: loss and
    gradients are compared (accuracy), and the compiled one's wall time is the compile time.
-4. Both variants warm up, then run interleaved (A B A B ...) ``repeats`` times; speedup is
+4. Both variants warm up, then run interleaved ``repeats`` times, the order flipping every
+   pair (A B, B A, A B, ...) to cancel position effects; speedup is
    median eager / median compiled, the spread the 25th/75th percentile of per-pair ratios.
 5. Peak memory of each variant (see :mod:`kiln.experiments.bench_memory`); graph breaks,
    recompiles and torch's own compile seconds from kiln.core's ``CompileWatch``.
@@ -42,8 +43,9 @@ from kiln.experiments.bench_memory import peak_memory_mb
 from kiln.experiments.bench_stats import speedup_stats
 
 METHOD = (
-    "interleaved eager/compiled train steps (zero_grad, training_step, backward, optimizer "
-    "step), medians after warm-up; speedup = median eager / median compiled, spread = "
+    "interleaved eager/compiled train steps (order flipped every pair; zero_grad, "
+    "training_step, backward, optimizer step), medians after warm-up; speedup = median "
+    "eager / median compiled, spread = "
     "p25-p75 of per-pair ratios; compile time = first compiled step; dropout off"
 )
 
@@ -321,9 +323,16 @@ def run_benchmark(
 
         stage = "timing"
         eager_s, compiled_s = [], []
-        for _ in range(repeats):  # interleaved, so drift on a shared machine hits both alike
-            eager_s.append(eager.timed_step(batch))
-            compiled_s.append(compiled.timed_step(batch))
+        for i in range(repeats):
+            # Interleaved, so drift on a shared machine hits both alike; the order flips every
+            # pair (A B, B A, ...) because the second step of a pair measured systematically
+            # faster on a loaded 2-core machine (eager-vs-eager controls gave 1.1-1.3).
+            if i % 2 == 0:
+                eager_s.append(eager.timed_step(batch))
+                compiled_s.append(compiled.timed_step(batch))
+            else:
+                compiled_s.append(compiled.timed_step(batch))
+                eager_s.append(eager.timed_step(batch))
         result.update(speedup_stats(eager_s, compiled_s))
         result["eager_times_s"] = eager_s
         result["compiled_times_s"] = compiled_s

@@ -26,7 +26,10 @@ FAILED = ("failed", "error")
 def collect_jobs(sweep_dir: str | Path) -> list[tuple[str, dict[str, Any] | None]]:
     """Every job directory of a sweep (those holding ``.hydra/``) and its result, or ``None``."""
     jobs = []
-    job_dirs = sorted({p.parent.parent for p in Path(sweep_dir).rglob(".hydra/config.yaml")})
+    job_dirs = sorted(
+        {p.parent.parent for p in Path(sweep_dir).rglob(".hydra/config.yaml")},
+        key=lambda d: (len(d.parts), int(d.name) if d.name.isdigit() else -1, d.name),
+    )  # 0, 1, ..., 10 in job order
     for job_dir in job_dirs:
         record = None
         for name in RESULT_FILES:

@@ -75,7 +75,7 @@ def test_sweep_goes_on_after_a_failed_job_and_exits_nonzero(tmp_path):
     assert failed["status"] == "failed" and "NonFiniteLossError" in failed["error"]
     assert ok["status"] == "ok" and ok["global_step"] == 4
     assert failed["sweep_dir"] == ok["sweep_dir"] == str(failed_dir.parent)
-    assert failed["overrides"][-1] == "optimizer.lr=1e30"
+    assert float(failed["overrides"][-1].split("=")[1]) == 1e30  # Hydra writes 1e+30
 
     failed_run = wandb_files.read_run(wandb_run_dirs(failed_dir)[0])
     assert failed_run["exit_code"] == 1  # marked failed ...

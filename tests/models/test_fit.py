@@ -45,13 +45,16 @@ def test_compiled_model_sees_no_recompiles_over_an_epoch_of_variable_length_text
 
 
 def test_recompiles_reported_by_kiln_core_with_default_padding():
+    """Through kiln.core: training compiles once, validation (eval mode) once more, and no
+    epoch or validation pass after the first adds a graph."""
     torch._dynamo.reset()
     module = tiny_model("bert-tiny-cls", data=True)
     result = fit(
         module,
-        trainer=_trainer(max_steps=100, max_epochs=1),
+        trainer=_trainer(max_steps=100, max_epochs=2, val_every_n_steps=4, limit_val_batches=None),
         compile=CompileConfig(mode="default", backend="aot_eager"),
     )
-    assert result.global_step == 8  # one epoch of 64 rows in batches of 8
-    assert result.telemetry["recompiles"] == 0
-    assert result.telemetry["graph_breaks"] == 0
+    assert result.global_step == 16  # two epochs of 64 rows in batches of 8
+    telemetry = result.telemetry
+    assert telemetry["recompiles"] == 1, telemetry  # the eval-mode graph, compiled once
+    assert telemetry["graph_breaks"] == 0, telemetry

@@ -8,8 +8,12 @@ import kiln.models as km
 
 MODELS = km.list_models()
 HF_MODELS = [n for n in MODELS if km.get_model_entry(n).task != "image-classification"]
-# Inductor compiles C++ on the CPU: the default suite compiles only the tiniest of each kind.
-INDUCTOR_FAST = {"bert-tiny-cls", "resnet-tiny"}
+# Inductor compiles C++ on the CPU: the default suite compiles only the tiniest model.
+INDUCTOR_FAST = {"bert-tiny-cls"}
+# Dynamo tracing costs seconds per model: the default suite traces one model per family;
+# the aliases that build the same tiny config (bert-cls, hf-lm, timm, ...) run under -m slow.
+TRACE_FAST = {"bert-tiny-cls", "minilm-cls", "gpt2-tiny-lm", "llama-tiny-lm"}
+TRACE_FAST |= {"resnet-tiny", "vit-tiny"}
 
 
 def _metrics_keys(task: str) -> set[str]:
@@ -62,7 +66,11 @@ def test_checkpoint_round_trip(name, tmp_path):
         torch.testing.assert_close(actual[key], expected[key])
 
 
-@pytest.mark.parametrize("name", MODELS)
+def _params(fast: set[str]) -> list:
+    return [pytest.param(n, marks=() if n in fast else pytest.mark.slow) for n in MODELS]
+
+
+@pytest.mark.parametrize("name", _params(TRACE_FAST))
 def test_compiles_without_graph_breaks(name):
     """Graph breaks are counted and reported; every kiln model compiles as one graph."""
     module = tiny_model(name)

@@ -49,6 +49,8 @@ class BenchSettings:
     """Timed eager/compiled pairs (A B A B ...); medians and spread come from these."""
     memory_steps: int = 2
     """Extra steps of each variant whose largest peak is its peak memory (0: skip)."""
+    cold_compile: bool = True
+    """Compile without inductor's on-disk caches, so ``compile_time_s`` is a first run's."""
     tolerance: float | None = None
     """Accepted relative error of loss and gradients; ``None``: by precision (1e-4 for
     32-true, 1e-2 for 16-mixed, 2e-2 for bf16-mixed)."""
@@ -127,6 +129,7 @@ def measure(settings: BenchConfig, resolved: dict[str, Any]) -> dict[str, Any]:
         memory_steps=settings.bench.memory_steps,
         tolerance=settings.bench.tolerance,
         seed=settings.trainer.seed,
+        cold_compile=settings.bench.cold_compile,
     )
 
 

@@ -1,6 +1,6 @@
 """Fine-tune the packaged MiniLM on kiln's generated sentiment data, on the CPU.
 
-python -m kiln.models.examples.minilm_sentiment [--max-steps 100] [--batch-size 16]
+python -m kiln.models.examples.minilm_sentiment [--max-steps 60] [--batch-size 16]
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from kiln.models.examples.common import run, trainer_arguments
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    trainer_arguments(parser, steps=100, lr=1e-4)
+    trainer_arguments(parser, steps=60, lr=1e-4)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-length", type=int, default=24, help="generated rows: <= 21 tokens")
     parser.add_argument("--num-train", type=int, default=4000)

@@ -1,6 +1,6 @@
 """Train a timm model from scratch on scikit-learn's digits (8x8, upscaled), on the CPU.
 
-python -m kiln.models.examples.timm_digits [--model resnet-digits] [--max-steps 150]
+python -m kiln.models.examples.timm_digits [--model resnet-digits] [--max-steps 100]
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from kiln.models.examples.common import run, trainer_arguments
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    trainer_arguments(parser, steps=150, lr=2e-3)
+    trainer_arguments(parser, steps=100, lr=2e-3)
     parser.add_argument("--model", default="resnet-digits", help="an image-classification model")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--weight-decay", type=float, default=0.05)

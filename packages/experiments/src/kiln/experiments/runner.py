@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import signal
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
@@ -86,6 +88,10 @@ def _train(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
     return train_worker(resolved, loggers)
 
 
+def _terminated(signum: int, frame: Any) -> None:
+    raise SystemExit(f"terminated by signal {signum}")
+
+
 def run_tags(resolved: dict[str, Any]) -> list[str]:
     """W&B tags: model, precision, compile mode, devices, plus the config's own tags."""
     model = resolved.get("model") or {}
@@ -138,6 +144,8 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
     }
     is_writer = global_rank() == 0
     tracker: Tracker | None = None
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)  # SLURM time limits, timeout(1), kill
     try:
         if is_writer:
             tracker = Tracker(
@@ -155,14 +163,12 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             history=result["history"],
             checkpoint=result["checkpoint"],
         )
-    except Exception as exc:  # noqa: BLE001 - a failed job must not stop the sweep
+    except BaseException as exc:  # noqa: BLE001 - a failed job must not stop the sweep
         summary["error"] = f"{type(exc).__name__}: {exc}"
         log.error("job %s failed:\n%s", job.run_name, traceback.format_exc())
+        if not isinstance(exc, Exception):
+            raise  # Ctrl-C, SIGTERM: recorded and finished below, then the process stops
     finally:
-        if summary["status"] != "ok" and summary["error"] is None:
-            summary["error"] = (
-                "interrupted"  # KeyboardInterrupt, SystemExit: still one finished run
-            )
         if tracker is not None:
             tracker.summarize(
                 {

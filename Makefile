@@ -1,6 +1,7 @@
 # kiln: two commands on a fresh machine with Python 3.11+ and pip.
 #   make train   the embedded default run (packaged MiniLM on kiln's generated text, CPU)
 #   make test    the test suite
+#   make bench   a small compile x precision benchmark sweep on the CPU, and its report
 # Both install what they need first (uv itself included) from the committed uv.lock.
 
 PYTHON ?= python3
@@ -13,6 +14,8 @@ export WANDB_MODE ?= offline
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
+
+BENCH_DIR := outputs/bench/$(shell date +%Y-%m-%d_%H-%M-%S)
 
 .PHONY: setup train test test-all bench lint format clean
 
@@ -29,6 +32,13 @@ train: setup
 
 test: setup
 	$(RUN) pytest -m "not slow and not gpu" $(ARGS)
+
+# The leading '-' lets the report run when a job failed: the sweep then exits 1, and the
+# failure is a row of the table with its reason.
+bench: setup
+	-$(RUN) kiln-bench -m model=bert-tiny-cls,llama-tiny-lm,vit-tiny compile=none,default \
+		precision=32-true,bf16-mixed hydra.sweep.dir=$(BENCH_DIR) $(ARGS)
+	$(RUN) kiln-report $(BENCH_DIR)
 
 test-all: setup
 	$(RUN) pytest $(ARGS)

@@ -140,3 +140,12 @@ def test_bf16_mixed_autocasts_the_step_on_one_eager_or_compiled_device(compiled:
     compile_cfg = CompileConfig(mode="default", backend="eager") if compiled else None
     fit(module, cfg(max_steps=1, precision="bf16-mixed"), compile_cfg)
     assert module.seen and set(module.seen) == {torch.bfloat16}
+
+
+class SampleToy(ToyTokenModule):
+    items_are_tokens = False
+
+
+def test_tokens_per_second_only_when_the_items_are_tokens() -> None:
+    assert "tokens_per_s" not in fit(SampleToy(), cfg(max_steps=2)).telemetry
+    assert fit(ToyTokenModule(), cfg(max_steps=2)).telemetry["tokens_per_s"] > 0

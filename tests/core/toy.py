@@ -38,6 +38,8 @@ class ToySequences(Dataset):
 class ToyTokenModule(L.LightningModule):
     """Per-token classifier whose loss averages over non-padding tokens."""
 
+    items_are_tokens = True
+
     def __init__(
         self,
         n: int = 32,

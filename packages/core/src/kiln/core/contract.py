@@ -10,6 +10,8 @@ The LightningModule defines the hooks and the Fabric loop calls them (the seed s
   item total *before* the first backward. Without the hook the count is the batch size
   (the first dimension of the first tensor in the batch); the loop checks, on the first
   window, that it agrees with what ``training_step`` reports.
+- ``items_are_tokens = True`` (optional class attribute): the items are tokens, so the
+  loop reports tokens/s from them (samples/s is always reported).
 - ``validation_step(batch, batch_idx) -> dict[str, Tensor]``: per-sample values, each
   tensor with the batch as its first dimension (predictions and labels, or per-sample
   loss sums and token counts). The loop concatenates them over the validation set,

@@ -133,7 +133,7 @@ def fit(
     progress = Progress(
         total_steps, enabled=trainer.progress and fabric.is_global_zero, start_step=run.global_step
     )
-    run.counts_tokens = callable(getattr(module, "count_items", None))
+    run.counts_tokens = bool(getattr(module, "items_are_tokens", False))
     start_step = run.global_step
     done = start_step >= total_steps
     fabric.call("on_fit_start")
@@ -255,7 +255,7 @@ class _RunState:
     metrics: dict[str, float] = field(default_factory=dict)
     checkpoint: str | None = None
     pending: list[_Pending] = field(default_factory=list)  # steps not yet synced to the host
-    counts_tokens: bool = False  # the module counts tokens (count_items), not samples
+    counts_tokens: bool = False  # the module's items are tokens: report tokens/s
 
     def state(self) -> dict[str, Any]:
         return {

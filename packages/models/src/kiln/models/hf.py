@@ -223,6 +223,7 @@ class HFCausalLM(HFModule):
     """
 
     task = "causal-lm"
+    items_are_tokens = True  # kiln.core reports tokens/s
     auto_class_name = "AutoModelForCausalLM"
 
     def __init__(self, arch: str = "gpt2", data: Any = None, **kwargs: Any) -> None:

@@ -14,7 +14,9 @@ from toy import ToyTokenModule, float64_outputs, weights
 from kiln.core import TrainerConfig, fit
 
 
-def reference_run(module: ToyTokenModule, window_samples: list[int], lr: float) -> dict:
+def reference_run(
+    module: ToyTokenModule, window_samples: list[int], lr: float, clip: float | None = None
+) -> dict:
     """Plain PyTorch: one optimizer step per window, on one batch holding the whole window."""
     module = module.double()
     opt = torch.optim.SGD(module.parameters(), lr=lr)
@@ -27,6 +29,8 @@ def reference_run(module: ToyTokenModule, window_samples: list[int], lr: float) 
         start += size
         loss_sum, n = module.token_loss_sum(batch)
         (loss_sum / n).backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
         opt.step()
         opt.zero_grad()
     return weights(module)
@@ -83,3 +87,19 @@ def test_logged_loss_is_the_window_mean() -> None:
     _, result = run_kiln(ToyTokenModule(n=8, batch_size=2), max_steps=1, accumulate_grad_batches=2)
     assert result.history[0]["step"] == 1
     assert result.history[0]["train/loss"] == pytest.approx((loss_sum / n).item(), rel=1e-9)
+
+
+def test_gradient_clipping_acts_on_the_whole_window() -> None:
+    # The clip norm is well below the toy's gradient norm, so clipping changes every step.
+    got, result = run_kiln(
+        ToyTokenModule(n=32, batch_size=2),
+        max_steps=3,
+        accumulate_grad_batches=2,
+        gradient_clip_norm=0.05,
+    )
+    want = reference_run(ToyTokenModule(n=32, batch_size=2), [4] * 3, lr=0.1, clip=0.05)
+    unclipped = reference_run(ToyTokenModule(n=32, batch_size=2), [4] * 3, lr=0.1)
+    assert result.history[0]["train/grad_norm"] > 0.05
+    for key in want:
+        torch.testing.assert_close(got[key].double(), want[key], rtol=1e-10, atol=1e-12)
+    assert not torch.allclose(want["head.weight"], unclipped["head.weight"])

@@ -8,6 +8,10 @@
 # environment (uv, then `uv sync` from the committed uv.lock) and exits 0 with a message
 # when there is no CUDA GPU. Sized to finish within 8 minutes on one H200.
 # Environment: KILN_GPU_CHECK_DIR (output dir), KILN_SKIP_SYNC=1 (use the existing .venv).
+# On a machine without network whose python3 already has torch (the lent H200 image):
+#   KILN_PYTHON=python3 KILN_WHEELS=.whl scripts/gpu_check.sh
+# installs the wheels that scripts/gpu_wheels.sh downloaded elsewhere into /tmp/kiln-site
+# and runs kiln from its source folders with that interpreter.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +23,13 @@ nvidia-smi -L
 
 export WANDB_MODE="${WANDB_MODE:-offline}" HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
     TOKENIZERS_PARALLELISM=false
-if [[ "${KILN_SKIP_SYNC:-0}" != 1 ]]; then
+if [[ -n "${KILN_PYTHON:-}" ]]; then
+    if [[ -n "${KILN_WHEELS:-}" ]]; then
+        "$KILN_PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+            --upgrade --target /tmp/kiln-site "$KILN_WHEELS"/*.whl || exit 1
+    fi
+    export PYTHONPATH="/tmp/kiln-site:packages/core/src:packages/models/src:packages/experiments/src${PYTHONPATH:+:$PYTHONPATH}"
+elif [[ "${KILN_SKIP_SYNC:-0}" != 1 ]]; then
     if ! command -v uv >/dev/null 2>&1; then
         python3 -m pip install --quiet uv || python3 -m pip install --quiet --user uv || exit 1
         export PATH="$HOME/.local/bin:$PATH"
@@ -27,7 +37,9 @@ if [[ "${KILN_SKIP_SYNC:-0}" != 1 ]]; then
     UV="$(command -v uv || echo "python3 -m uv")"
     $UV sync --frozen --all-packages || { echo "gpu_check: uv sync failed"; exit 1; }
 fi
-PY=.venv/bin/python
+PY="${KILN_PYTHON:-.venv/bin/python}"
+BENCH=("$PY" -m kiln.experiments.bench)
+REPORT=("$PY" -m kiln.experiments.report)
 if ! $PY -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
     echo "gpu_check: torch $($PY -c 'import torch; print(torch.__version__)') sees no CUDA device; skipping"
     exit 0
@@ -38,13 +50,13 @@ COMMON=(trainer.accelerator=cuda bench.repeats=10 bench.warmup=3 bench.batch_siz
         "hydra.sweep.dir=$OUT")
 status=0
 # 2 models x {default, reduce-overhead} x {16-mixed, bf16-mixed} = 8 jobs
-timeout 330 .venv/bin/kiln-bench -m model=bert-tiny-cls,resnet-tiny \
+timeout 330 "${BENCH[@]}" -m model=bert-tiny-cls,resnet-tiny \
     compile=default,reduce-overhead precision=16-mixed,bf16-mixed \
     "${COMMON[@]}" 'hydra.sweep.subdir=modes_${hydra.job.num}' || status=$?
 # max-autotune (Triton autotuning) on one model, bf16-mixed, plus its fp32 eager control
-timeout 150 .venv/bin/kiln-bench -m model=bert-tiny-cls compile=max-autotune,none \
+timeout 150 "${BENCH[@]}" -m model=bert-tiny-cls compile=max-autotune,none \
     precision=bf16-mixed "${COMMON[@]}" 'hydra.sweep.subdir=autotune_${hydra.job.num}' \
     || status=$?
-.venv/bin/kiln-report "$OUT" || status=$?
+"${REPORT[@]}" "$OUT" || status=$?
 echo "gpu_check: report in $OUT (exit status $status: non-zero when a job failed or timed out)"
 exit "$status"

@@ -149,3 +149,9 @@ class SampleToy(ToyTokenModule):
 def test_tokens_per_second_only_when_the_items_are_tokens() -> None:
     assert "tokens_per_s" not in fit(SampleToy(), cfg(max_steps=2)).telemetry
     assert fit(ToyTokenModule(), cfg(max_steps=2)).telemetry["tokens_per_s"] > 0
+
+
+def test_deterministic_mode_does_not_leak_into_the_next_run() -> None:
+    assert not torch.are_deterministic_algorithms_enabled()
+    fit(ToyTokenModule(), cfg(max_steps=1, deterministic=True))
+    assert not torch.are_deterministic_algorithms_enabled()

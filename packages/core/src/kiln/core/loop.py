@@ -15,6 +15,7 @@ The update of a window therefore equals the update of one batch holding all of i
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -83,12 +84,31 @@ def fit(
     Returns:
         The final step, validation metrics, telemetry and logged history.
     """
-    compile = compile or CompileConfig()
+    # Global switch: restored afterwards, so one job of a sweep cannot leak it to the next.
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
+    if trainer.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it
+        torch.use_deterministic_algorithms(True)
+    try:
+        return _fit(
+            module, trainer, compile or CompileConfig(), loggers, callbacks, plugins, run_config
+        )
+    finally:
+        torch.use_deterministic_algorithms(was_deterministic)
+
+
+def _fit(
+    module: L.LightningModule,
+    trainer: TrainerConfig,
+    compile: CompileConfig,
+    loggers: Sequence[Any] | None,
+    callbacks: Sequence[Any] | None,
+    plugins: Sequence[Any] | None,
+    run_config: dict[str, Any] | None,
+) -> FitResult:
     fabric = _build_fabric(trainer, loggers, [module, *(callbacks or [])], plugins)
     fabric.launch()  # sets up the process group; processes were started by kiln.core.launch
     fabric.seed_everything(trainer.seed)
-    if trainer.deterministic:
-        torch.use_deterministic_algorithms(True)
 
     train_loader = training_loader(module.train_dataloader(), fabric, trainer.seed)
     val_loader = _val_loader(module, fabric)

@@ -18,7 +18,7 @@ import math
 import os
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -170,7 +170,7 @@ def _fit(
                 restore_rng_state(resume_rng)
                 resume_rng = None
             for window in _windows(batches, accumulate):
-                started = time.perf_counter()
+                started = _clock_start(fabric.device)
                 loss_sum, total = _train_window(
                     fabric,
                     model,
@@ -189,13 +189,9 @@ def _fit(
                     fabric.call("on_train_epoch_end")
                     run.epoch += 1
                     run.batch_in_epoch = 0
-                if fabric.device.type == "cuda":
-                    torch.cuda.synchronize()  # note: a sync point, so step time is device time
                 samples = sum(default_count_items(b) for b in window) * fabric.world_size
                 run.pending.append(
-                    _Pending(
-                        run.global_step, loss_sum, total, time.perf_counter() - started, samples
-                    )
+                    _Pending(run.global_step, loss_sum, total, _clock_stop(started), samples)
                 )
 
                 done = run.global_step >= total_steps
@@ -259,7 +255,7 @@ class _Pending:
     step: int
     loss_sum: torch.Tensor  # this rank's sum of per-item losses over the window
     total: torch.Tensor  # items in the window over all ranks
-    seconds: float
+    seconds: Callable[[], float]  # the step's duration, read at the sync point
     samples: int
 
 
@@ -423,6 +419,31 @@ def _optimizer_step(
     return grad_norm, skipped
 
 
+def _clock_start(device: torch.device) -> Any:
+    """Start timing a step without a host sync: a CUDA event on the GPU's stream (the gap
+    between two events includes launch bubbles), ``perf_counter`` elsewhere."""
+    if device.type == "cuda":
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+    return time.perf_counter()
+
+
+def _clock_stop(started: Any) -> Callable[[], float]:
+    """Stop timing; the returned function gives the seconds once the host has synced."""
+    if isinstance(started, float):
+        seconds = time.perf_counter() - started
+        return lambda: seconds
+    end = torch.cuda.Event(enable_timing=True)
+    end.record()
+
+    def elapsed() -> float:
+        end.synchronize()
+        return started.elapsed_time(end) / 1000.0  # milliseconds
+
+    return elapsed
+
+
 def _call(fabric: L.Fabric, model: Any, hook: str, *args: Any) -> Any:
     """Call a step hook under Fabric's precision (autocast, input/output dtypes).
 
@@ -483,7 +504,7 @@ def _flush(fabric: L.Fabric, run: _RunState, timer: StepTimer) -> list[tuple[int
     totals = torch.stack([p.total for p in pending])
     losses = (sums / totals).tolist()
     for p, total in zip(pending, totals.tolist(), strict=True):
-        timer.record(p.seconds, p.samples, int(total) if run.counts_tokens else None)
+        timer.record(p.seconds(), p.samples, int(total) if run.counts_tokens else None)
     for p, value in zip(pending, losses, strict=True):
         if not math.isfinite(value):
             raise NonFiniteLossError(

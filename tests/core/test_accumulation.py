@@ -45,11 +45,23 @@ def run_kiln(module: ToyTokenModule, **trainer_kw) -> tuple[dict, object]:
     return weights(module), result
 
 
+class HostCountToy(ToyTokenModule):
+    """Counts as Python ints: the loop weighs micro-batches with host arithmetic."""
+
+    def count_items(self, batch) -> int:
+        return int(super().count_items(batch))
+
+    def training_step(self, batch, batch_idx):
+        out = super().training_step(batch, batch_idx)
+        return {**out, "num_items": int(out["num_items"])}
+
+
+@pytest.mark.parametrize("module_cls", [ToyTokenModule, HostCountToy])
 @pytest.mark.parametrize("accumulate", [1, 2, 4])
-def test_accumulated_update_equals_one_big_batch(accumulate: int) -> None:
+def test_accumulated_update_equals_one_big_batch(accumulate: int, module_cls) -> None:
     b, steps = 2, 3
     got, result = run_kiln(
-        ToyTokenModule(n=32, batch_size=b), max_steps=steps, accumulate_grad_batches=accumulate
+        module_cls(n=32, batch_size=b), max_steps=steps, accumulate_grad_batches=accumulate
     )
     want = reference_run(ToyTokenModule(n=32, batch_size=b), [accumulate * b] * steps, lr=0.1)
     assert result.global_step == steps

@@ -254,7 +254,7 @@ class _Pending:
 
     step: int
     loss_sum: torch.Tensor  # this rank's sum of per-item losses over the window
-    total: torch.Tensor  # items in the window over all ranks
+    total: int | torch.Tensor  # items in the window over all ranks
     seconds: Callable[[], float]  # the step's duration, read at the sync point
     samples: int
 
@@ -369,31 +369,44 @@ def _train_window(
     window: list[Any],
     first_batch_idx: int,
     check: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, int | torch.Tensor]:
     """Forward and backward every micro-batch of a window; returns (loss sum, item total).
 
     Each micro-batch's mean loss is weighted by its share of the window's items over all
     ranks, so the accumulated gradient is that of one batch holding the whole window.
     """
-    world = fabric.world_size
-    counts = [_as_tensor(count_items(module, batch), fabric.device) for batch in window]
-    total = torch.stack(counts).sum()
-    if world > 1:
-        total = fabric.all_reduce(total, reduce_op="sum")
-    loss_sum = torch.zeros((), device=fabric.device, dtype=total.dtype)
+    world, device = fabric.world_size, fabric.device
+    counts = [count_items(module, batch) for batch in window]
+    total: int | torch.Tensor
+    if world == 1 and all(isinstance(c, int) for c in counts):
+        total = sum(counts)  # host integers: no device work on the common one-process path
+    else:
+        total = torch.stack([_as_tensor(c, device) for c in counts]).sum()
+        if world > 1:
+            total = fabric.all_reduce(total, reduce_op="sum")
+    loss_sum = torch.zeros((), device=device, dtype=_count_dtype(device))
     for j, batch in enumerate(window):
         # Gradients are all-reduced once per window, on its last micro-batch.
         with fabric.no_backward_sync(model, enabled=j < len(window) - 1):
             loss, n = _unpack_step(
                 _call(fabric, model, "training_step", batch, first_batch_idx + j)
             )
-            n = _as_tensor(n, fabric.device)
             if check:
                 _check_counts(n, counts[j])
             # DDP averages gradients over ranks, hence * world: the sum runs over all items.
-            fabric.backward(loss * (n * world / total).to(_loss_dtype(loss)))
+            fabric.backward(_weighted(loss, n, world, total))
         loss_sum += loss.detach().to(loss_sum.dtype) * n
     return loss_sum, total
+
+
+def _weighted(loss: torch.Tensor, n: Any, world: int, total: Any) -> torch.Tensor:
+    """``loss * n * world / total``, kept at least fp32 (also for a bf16/fp16 loss)."""
+    loss = loss.to(torch.promote_types(loss.dtype, torch.float32))
+    if isinstance(n, int) and isinstance(total, int):
+        weight = n * world / total  # exact host arithmetic; 1.0 needs no multiply at all
+        return loss if weight == 1.0 else loss * weight
+    weight = _as_tensor(n, loss.device) * world / _as_tensor(total, loss.device)
+    return loss * weight.to(loss.dtype)
 
 
 def _optimizer_step(
@@ -468,15 +481,13 @@ def _unpack_step(out: Any) -> tuple[torch.Tensor, Any]:
     return out["loss"], out["num_items"]
 
 
+def _count_dtype(device: torch.device) -> torch.dtype:
+    """Item counts as exact floats: float64 holds any count (MPS has no float64)."""
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
 def _as_tensor(value: Any, device: torch.device) -> torch.Tensor:
-    """Item counts as exact floats (float64 holds any count; MPS has no float64)."""
-    dtype = torch.float32 if device.type == "mps" else torch.float64
-    return torch.as_tensor(value, device=device).to(dtype)
-
-
-def _loss_dtype(loss: torch.Tensor) -> torch.dtype:
-    """Weights stay at least fp32, also for a bf16/fp16 loss."""
-    return torch.promote_types(loss.dtype, torch.float32)
+    return torch.as_tensor(value, device=device).to(_count_dtype(device))
 
 
 def _check_counts(reported: Any, counted: Any) -> None:
@@ -501,7 +512,7 @@ def _flush(fabric: L.Fabric, run: _RunState, timer: StepTimer) -> list[tuple[int
     sums = torch.stack([p.loss_sum for p in pending])
     if fabric.world_size > 1:
         sums = fabric.all_reduce(sums, reduce_op="sum")
-    totals = torch.stack([p.total for p in pending])
+    totals = torch.stack([_as_tensor(p.total, sums.device) for p in pending])
     losses = (sums / totals).tolist()
     for p, total in zip(pending, totals.tolist(), strict=True):
         timer.record(p.seconds(), p.samples, int(total) if run.counts_tokens else None)

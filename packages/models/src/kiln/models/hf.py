@@ -181,10 +181,8 @@ class HFSequenceClassifier(HFModule):
         return F.cross_entropy(logits.float(), batch["labels"]), batch["labels"].shape[0]
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
-        logits = self.model(**self.model_inputs(batch)).logits.float()
-        labels = batch["labels"]
-        loss = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="none")
-        return {"preds": logits.argmax(-1), "labels": labels, "loss": loss}
+        logits = self.model(**self.model_inputs(batch)).logits
+        return classification_outputs(logits, batch["labels"])
 
     def validation_metrics(self, outputs: dict[str, torch.Tensor]) -> dict[str, float]:
         return classification_metrics(outputs, self.num_labels)
@@ -193,6 +191,13 @@ class HFSequenceClassifier(HFModule):
         ids = self._example_ids(batch_size, self._example_length(), device)
         labels = torch.arange(batch_size, device=device) % self.num_labels
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+
+def classification_outputs(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-sample validation outputs of a classifier: predictions, labels and losses."""
+    logits = logits.float()
+    loss = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="none")
+    return {"preds": logits.argmax(-1), "labels": labels, "loss": loss}
 
 
 def classification_metrics(outputs: dict[str, torch.Tensor], num_labels: int) -> dict[str, float]:

@@ -13,8 +13,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from kiln.models.data.base import IGNORE_INDEX
-from kiln.models.hf import classification_metrics
+from kiln.models.hf import classification_metrics, classification_outputs
 from kiln.models.module import KilnModule
 from kiln.models.optim import OptimizerConfig, SchedulerConfig
 from kiln.models.registry import register_model
@@ -111,10 +110,7 @@ class TimmClassifier(KilnModule):
         return F.cross_entropy(logits, batch["labels"]), batch["labels"].shape[0]
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
-        logits = self.model(batch["pixel_values"]).float()
-        labels = batch["labels"]
-        loss = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="none")
-        return {"preds": logits.argmax(-1), "labels": labels, "loss": loss}
+        return classification_outputs(self.model(batch["pixel_values"]), batch["labels"])
 
     def validation_metrics(self, outputs: dict[str, torch.Tensor]) -> dict[str, float]:
         return classification_metrics(outputs, self.num_classes)

@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kiln.core.optional import require
+
 
 def _pyplot():
-    import matplotlib
-
+    matplotlib = require("matplotlib", "kiln-experiments[plots]")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

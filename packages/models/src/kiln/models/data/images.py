@@ -14,6 +14,7 @@ import datasets
 import numpy as np
 import torch
 
+from kiln.core.optional import require
 from kiln.models.data.base import DataModule, default_cache_dir
 from kiln.models.data.sources import check_columns, load_raw
 
@@ -24,9 +25,7 @@ def load_digits(val_fraction: float, seed: int, cache_dir: str | Path | None = N
     """scikit-learn's 1797 8x8 digit images as a (train, validation) pair, split by class."""
     root = Path(cache_dir or default_cache_dir()) / f"digits-v1-{val_fraction}-{seed}"
     if not (root / "dataset_dict.json").exists():
-        from sklearn.datasets import load_digits as sk_digits
-
-        raw = sk_digits()
+        raw = require("sklearn.datasets", "kiln-models[examples]").load_digits()
         # 0..16 grey levels -> 0..255 bytes, so PIL and timm's transforms take them as-is.
         images = [np.clip(img * 16, 0, 255).astype(np.uint8) for img in raw.images]
         labels = datasets.ClassLabel(names=[str(d) for d in range(10)])

@@ -38,6 +38,7 @@ elif [[ "${KILN_SKIP_SYNC:-0}" != 1 ]]; then
     $UV sync --frozen --all-packages || { echo "gpu_check: uv sync failed"; exit 1; }
 fi
 PY="${KILN_PYTHON:-.venv/bin/python}"
+status=0
 BENCH=("$PY" -m kiln.experiments.bench)
 REPORT=("$PY" -m kiln.experiments.report)
 if ! $PY -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
@@ -45,10 +46,12 @@ if ! $PY -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"
     exit 0
 fi
 
+# The CUDA-only paths of kiln.core.fit (tests marked gpu): fp16 AMP, CUDA graphs, timing.
+timeout 150 "$PY" -m pytest -m gpu tests/gpu -q -p no:cacheprovider || status=$?
+
 OUT="${KILN_GPU_CHECK_DIR:-outputs/gpu_check/$(date +%Y-%m-%d_%H-%M-%S)}"
 COMMON=(trainer.accelerator=cuda bench.repeats=10 bench.warmup=3 bench.batch_size=32
         "hydra.sweep.dir=$OUT")
-status=0
 # 2 models x {default, reduce-overhead} x {16-mixed, bf16-mixed} = 8 jobs
 timeout 330 "${BENCH[@]}" -m model=bert-tiny-cls,resnet-tiny \
     compile=default,reduce-overhead precision=16-mixed,bf16-mixed \

@@ -1,3 +1,5 @@
+import os
+
 import launch_workers
 import pytest
 
@@ -9,13 +11,17 @@ def _in_process(x: int) -> tuple[int, int]:
 
 
 @pytest.mark.slow
-def test_two_ddp_workers_all_reduce_and_return_in_rank_order():
+def test_two_ddp_workers_all_reduce_and_return_in_rank_order(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # as in a shell that never set it
     results = launch(launch_workers.ddp_all_reduce, 2, "hello")
     assert [r["rank"] for r in results] == [0, 1]
     assert all(r["world_size"] == 2 for r in results)
     assert all(r["sum"] == 3.0 for r in results)  # 1 + 2
     assert all(r["tag"] == "hello" for r in results)
-    assert all(int(r["threads"]) >= 1 for r in results)
+    # each worker gets its share of the cores, as torchrun gives it
+    share = str(max(1, (os.cpu_count() or 1) // 2))
+    assert [r["threads"] for r in results] == [share, share]
+    assert "OMP_NUM_THREADS" not in os.environ  # the parent's environment is left as it was
 
 
 @pytest.mark.slow
@@ -29,14 +35,10 @@ def test_failing_worker_raises_with_its_error_and_traceback():
 
 
 def test_single_process_runs_in_process():
-    import os
-
     assert launch(_in_process, 1, 5) == [(5, os.getpid())]
 
 
 def test_under_an_external_launcher_runs_in_process(monkeypatch):
-    import os
-
     monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert launch(_in_process, 2, 1) == [(1, os.getpid())]

@@ -2,9 +2,10 @@
 
 import math
 
+import numpy as np
 import pytest
 
-from kiln.experiments.bench_stats import geomean, speedup_stats
+from kiln.experiments.bench_stats import bootstrap_speedup_interval, geomean, speedup_stats
 
 
 def test_geomean():
@@ -38,3 +39,27 @@ def test_speedup_stats_needs_pairs():
         speedup_stats([1.0, 2.0], [1.0])
     with pytest.raises(ValueError, match="same, non-zero number"):
         speedup_stats([], [])
+
+
+def test_bootstrap_interval_separates_a_real_speedup_from_noise():
+    rng = np.random.default_rng(1)
+    eager = 0.010 + 0.001 * rng.random(20)
+    faster = speedup_stats(eager, eager / 1.5 + 0.0002 * rng.random(20))
+    assert faster["speedup_ci_low"] <= faster["speedup"] <= faster["speedup_ci_high"]
+    assert faster["speedup_ci_low"] > 1.2 and faster["significant"] is True
+    same = speedup_stats(eager, 0.010 + 0.001 * rng.random(20))  # same distribution
+    assert same["speedup_ci_low"] < 1.0 < same["speedup_ci_high"]
+    assert same["significant"] is False
+    slower = speedup_stats(eager, eager * 2)
+    assert slower["speedup_ci_high"] == pytest.approx(0.5) and slower["significant"] is True
+
+
+def test_bootstrap_interval_is_reproducible_and_wider_with_fewer_pairs():
+    rng = np.random.default_rng(2)
+    eager, compiled = 1 + rng.random(40), 1 + rng.random(40)
+    assert bootstrap_speedup_interval(eager, compiled) == bootstrap_speedup_interval(
+        eager, compiled
+    )
+    low40, high40 = bootstrap_speedup_interval(eager, compiled)
+    low5, high5 = bootstrap_speedup_interval(eager[:5], compiled[:5])
+    assert high5 - low5 > high40 - low40

@@ -34,6 +34,9 @@ def bench_record(model, mode, precision, status, speedup, compile_s=10.0, mem_ra
         "speedup": speedup,
         "speedup_p25": None if speedup is None else speedup * 0.9,
         "speedup_p75": None if speedup is None else speedup * 1.1,
+        "speedup_ci_low": None if speedup is None else speedup * 0.8,
+        "speedup_ci_high": None if speedup is None else speedup * 1.2,
+        "significant": speedup is not None and not speedup * 0.8 <= 1.0 <= speedup * 1.2,
         "eager_median_s": 0.02,
         "compiled_median_s": None if not speedup else 0.02 / speedup,
         "compile_time_s": compile_s,
@@ -82,8 +85,11 @@ def test_summary_arithmetic():
     assert default["mean_compile_time_s"] == pytest.approx(15.0)
     assert default["geomean_memory_ratio"] == pytest.approx(1.0)
     assert default["graph_breaks"] == 4
+    # a: 2.0 [1.6, 2.4] a win, b: 0.5 [0.4, 0.6] a loss; c (8.0) failed and does not count
+    assert default["significant_wins"] == 1 and default["significant_losses"] == 1
     control = summary[("none", "32-true")]
     assert control["pass_rate"] == 1.0 and control["geomean_speedup"] == pytest.approx(1.0)
+    assert control["significant_wins"] == 0 and control["significant_losses"] == 0  # 1.0: noise
 
 
 def test_group_with_nothing_passing_has_no_mean():
@@ -107,7 +113,7 @@ def test_report_writes_markdown_csv_and_plot(sweep, capsys):
     md = (sweep / "report.md").read_text()
     assert "cpu (0 GPU, 2 CPU cores), torch 2.x" in md  # the machine in the header
     assert "Bench method: interleaved" in md
-    assert "| default | 32-true | 4 | 2 | 50% | 1.000 |" in md
+    assert "| default | 32-true | 4 | 2 | 50% | 1.000 | 1 | 1 |" in md
     printed = capsys.readouterr().out
     assert "bench_summary" in printed and "50%" in printed
 

@@ -154,6 +154,9 @@ def _log(tracker: Tracker, record: dict[str, Any]) -> None:
         "speedup",
         "speedup_p25",
         "speedup_p75",
+        "speedup_ci_low",
+        "speedup_ci_high",
+        "significant",
         "eager_median_s",
         "compiled_median_s",
         "compile_time_s",
@@ -223,7 +226,8 @@ def task(cfg: DictConfig) -> float | None:
         f"kiln-bench {record['model']} {record['precision']} compile={record['compile_mode']}: "
         f"{record['status']}"
         + (
-            f", speedup {speedup:.3f} [{record['speedup_p25']:.3f}-{record['speedup_p75']:.3f}]"
+            f", speedup {speedup:.3f} (95% CI {record['speedup_ci_low']:.3f}-"
+            f"{record['speedup_ci_high']:.3f}{'' if record['significant'] else ', noise'})"
             if speedup
             else ""
         )

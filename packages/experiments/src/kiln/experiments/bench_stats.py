@@ -27,16 +27,39 @@ def geomean(values: Iterable[float]) -> float | None:
     return statistics.geometric_mean(values) if values else None
 
 
-def speedup_stats(eager_s: Sequence[float], compiled_s: Sequence[float]) -> dict[str, float]:
-    """Speedup of interleaved timings: median eager / median compiled, and the spread.
+BOOTSTRAP_RESAMPLES = 2000
+CONFIDENCE = 0.95
+
+
+def bootstrap_speedup_interval(
+    eager_s: Sequence[float], compiled_s: Sequence[float], seed: int = 0
+) -> tuple[float, float]:
+    """A percentile-bootstrap 95% interval of the speedup (median eager / median compiled).
+
+    The interleaved pairs are resampled together (a pair shares the machine's state at its
+    moment), so the interval reflects how much the figure moves with the measured noise.
+    Seeded: the same timings always give the same interval.
+    """
+    eager, compiled = np.asarray(eager_s, dtype=float), np.asarray(compiled_s, dtype=float)
+    picks = np.random.default_rng(seed).integers(0, len(eager), (BOOTSTRAP_RESAMPLES, len(eager)))
+    speedups = np.median(eager[picks], axis=1) / np.median(compiled[picks], axis=1)
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(speedups, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def speedup_stats(eager_s: Sequence[float], compiled_s: Sequence[float]) -> dict[str, float | bool]:
+    """Speedup of interleaved timings: median eager / median compiled, spread and interval.
 
     ``eager_s[i]`` and ``compiled_s[i]`` are the i-th pair of an A B A B ... sequence; the
-    spread is the 25th and 75th percentile of the per-pair ratios ``eager_s[i] / compiled_s[i]``.
+    spread is the 25th and 75th percentile of the per-pair ratios ``eager_s[i] / compiled_s[i]``;
+    ``speedup_ci_low``/``speedup_ci_high`` the bootstrap 95% interval of the speedup, and
+    ``significant`` whether that interval excludes 1.0 (a real win or loss, not noise).
 
     Raises:
         ValueError: If the sequences are empty or of different lengths.
     """
-    if not eager_s or len(eager_s) != len(compiled_s):
+    if len(eager_s) == 0 or len(eager_s) != len(compiled_s):
         raise ValueError(
             f"need the same, non-zero number of eager and compiled timings, "
             f"got {len(eager_s)} and {len(compiled_s)}"
@@ -45,8 +68,12 @@ def speedup_stats(eager_s: Sequence[float], compiled_s: Sequence[float]) -> dict
     ratio_q25, ratio_q75 = np.percentile(ratios, [25, 75])
     eager_q25, eager_median, eager_q75 = np.percentile(eager_s, [25, 50, 75])
     compiled_q25, compiled_median, compiled_q75 = np.percentile(compiled_s, [25, 50, 75])
+    ci_low, ci_high = bootstrap_speedup_interval(eager_s, compiled_s)
     return {
         "speedup": float(eager_median / compiled_median),
+        "speedup_ci_low": ci_low,
+        "speedup_ci_high": ci_high,
+        "significant": bool(ci_low > 1.0 or ci_high < 1.0),
         "speedup_p25": float(ratio_q25),
         "speedup_p75": float(ratio_q75),
         "eager_median_s": float(eager_median),

@@ -1,8 +1,9 @@
 """The speedup table of a kiln-bench sweep, as PyTorch's harness summarizes its runs.
 
 Per (compile mode, precision): the geometric-mean speedup over the models that *pass*
-the accuracy check, the pass rate over *all* models, the mean compile time and the
-geometric-mean memory ratio (compiled / eager) over the passing models.
+the accuracy check, the pass rate over *all* models, how many passing models are
+significantly faster or slower (their bootstrap 95% interval excludes 1.0), the mean compile
+time and the geometric-mean memory ratio (compiled / eager) over the passing models.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ MODEL_COLUMNS = [
     "speedup",
     "speedup_p25",
     "speedup_p75",
+    "speedup_ci_low",
+    "speedup_ci_high",
+    "significant",
     "eager_ms",
     "compiled_ms",
     "compile_time_s",
@@ -40,6 +44,8 @@ SUMMARY_COLUMNS = [
     "passed",
     "pass_rate",
     "geomean_speedup",
+    "significant_wins",
+    "significant_losses",
     "mean_compile_time_s",
     "geomean_memory_ratio",
     "graph_breaks",
@@ -66,6 +72,9 @@ def model_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "speedup": rec.get("speedup"),
                 "speedup_p25": rec.get("speedup_p25"),
                 "speedup_p75": rec.get("speedup_p75"),
+                "speedup_ci_low": rec.get("speedup_ci_low"),
+                "speedup_ci_high": rec.get("speedup_ci_high"),
+                "significant": rec.get("significant"),
                 "eager_ms": eager * 1e3 if eager is not None else None,
                 "compiled_ms": compiled * 1e3 if compiled is not None else None,
                 "compile_time_s": rec.get("compile_time_s"),
@@ -108,6 +117,10 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "passed": len(passed),
                 "pass_rate": len(passed) / len(members),
                 "geomean_speedup": geomean(r["speedup"] for r in passed if _positive(r["speedup"])),
+                "significant_wins": sum(1 for r in passed if r["significant"] and r["speedup"] > 1),
+                "significant_losses": sum(
+                    1 for r in passed if r["significant"] and r["speedup"] < 1
+                ),
                 "mean_compile_time_s": sum(compile_times) / len(compile_times)
                 if compile_times
                 else None,

@@ -1,18 +1,19 @@
 """How much slower is kiln's loop than a hand-written PyTorch loop? (CPU, fp32, eager)
 
-Trains the same MLP on the same data from the same initial weights, once through
-``kiln.core.fit`` and once through a plain loop (forward, backward, optimizer step), with
-no accumulation and no shuffling, interleaved (plain kiln plain kiln ...) so machine noise
-hits both alike. Step time is measured the same way in both: the time between the starts
-of consecutive ``training_step`` calls (the whole loop iteration: data, forward, backward,
-optimizer, bookkeeping), warm-up steps excluded, median per run, then median over runs.
-Peak memory is measured in a fresh process per variant: RSS sampled every millisecond
-during a run, after a short run that loads everything lazily imported. The final
-weights of the two must be bit-identical.
+Trains the same MLP on the same data from the same initial weights three ways: a plain
+PyTorch loop (forward, backward, optimizer step), a naive Fabric loop (``fabric.setup``,
+``fabric.backward``, step: the seed's loop without accumulation) and ``kiln.core.fit``;
+no accumulation and no shuffling, interleaved (plain fabric kiln plain fabric kiln ...) so
+machine noise hits all alike. Step time is measured the same way in each: the time between
+the starts of consecutive ``training_step`` calls (the whole loop iteration: data, forward,
+backward, optimizer, bookkeeping), warm-up steps excluded, median per run, then median over
+runs. Peak memory is measured in a fresh process per variant: RSS sampled every
+millisecond during a run, after a short run that loads everything lazily imported. The
+final weights of all three must be bit-identical.
 
     uv run --all-packages python scripts/bench_overhead.py [--steps 60 --repeats 5]
 
-The last line is ``overhead_ratio=<kiln/plain> identical=<true|false>``.
+The last line is ``overhead_ratio=<kiln/plain> identical=<true|false> vs_fabric=<kiln/fabric>``.
 """
 
 from __future__ import annotations
@@ -119,6 +120,28 @@ def train_plain(cfg: BenchConfig) -> MLPModule:
     return module
 
 
+def train_fabric(cfg: BenchConfig) -> MLPModule:
+    """The naive Fabric loop a Fabric user writes first: setup, backward, step."""
+    module = MLPModule(cfg)
+    fabric = L.Fabric(accelerator="cpu", devices=1, precision="32-true")
+    model, optimizer = fabric.setup(module, module.configure_optimizers())
+    loader = fabric.setup_dataloaders(module.train_dataloader())
+    model.train()
+    for i, batch in enumerate(loader):
+        if i == cfg.steps:
+            break
+        loss = model.training_step(batch, i)["loss"]
+        fabric.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    model.eval()
+    with torch.no_grad():
+        val = fabric.setup_dataloaders(module.val_dataloader())
+        outputs = [model.validation_step(b, i) for i, b in enumerate(val)]
+    module.validation_metrics({k: torch.cat([o[k] for o in outputs]) for k in outputs[0]})
+    return module
+
+
 def train_kiln(cfg: BenchConfig) -> MLPModule:
     """The same training through ``kiln.core.fit`` with its defaults (no progress output)."""
     module = MLPModule(cfg)
@@ -135,7 +158,7 @@ def train_kiln(cfg: BenchConfig) -> MLPModule:
     return module
 
 
-VARIANTS = {"plain": train_plain, "kiln": train_kiln}
+VARIANTS = {"plain": train_plain, "fabric": train_fabric, "kiln": train_kiln}
 
 
 def step_time(module: MLPModule, warmup: int) -> float:
@@ -152,17 +175,25 @@ def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
+def _paired(times: dict[str, list[float]], a: str, b: str) -> tuple[list[float], list[float]]:
+    """Per-round ratios a/b and differences a - b (each round ran every variant once)."""
+    pairs = list(zip(times[a], times[b], strict=True))
+    return [x / y for x, y in pairs], [x - y for x, y in pairs]
+
+
 def compare(cfg: BenchConfig, repeats: int) -> dict:
-    """Run plain and kiln ``repeats`` times each, interleaved; time them, compare weights.
+    """Run every variant ``repeats`` times, interleaved; time them, compare weights.
 
     Returns:
-        ``plain_step_s``/``kiln_step_s`` (median over runs of each run's median step time),
-        ``ratio`` (median of the per-pair ratios kiln/plain), ``ratio_min``/``ratio_max``,
-        ``overhead_s`` (median of the per-pair differences kiln - plain),
-        the per-run figures, and ``identical`` (every run ended with bit-identical weights).
+        ``<variant>_step_s`` (median over runs of each run's median step time),
+        ``ratio`` (median of the per-round ratios kiln/plain), ``ratio_min``/``ratio_max``,
+        ``overhead_s`` (median of the per-round differences kiln - plain), ``vs_fabric``
+        (median of kiln/fabric), ``fabric_ratio`` (fabric/plain), ``fabric_overhead_s``
+        (fabric - plain), the per-run figures, and ``identical`` (every run of every variant
+        ended with bit-identical weights).
     """
-    times: dict[str, list[float]] = {"plain": [], "kiln": []}
-    wall: dict[str, list[float]] = {"plain": [], "kiln": []}
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    wall: dict[str, list[float]] = {name: [] for name in VARIANTS}
     reference: MLPModule | None = None
     identical = True
     for _ in range(repeats):
@@ -175,21 +206,24 @@ def compare(cfg: BenchConfig, repeats: int) -> dict:
                 reference = module
             else:
                 identical &= same_weights(reference, module)
-    pairs = list(zip(times["kiln"], times["plain"], strict=True))
-    ratios = [k / p for k, p in pairs]
-    return {
-        "plain_step_s": statistics.median(times["plain"]),
-        "kiln_step_s": statistics.median(times["kiln"]),
+    ratios, diffs = _paired(times, "kiln", "plain")
+    vs_fabric, _ = _paired(times, "kiln", "fabric")
+    fabric_ratios, fabric_diffs = _paired(times, "fabric", "plain")
+    result = {
         "ratio": statistics.median(ratios),
-        "overhead_s": statistics.median(k - p for k, p in pairs),
+        "overhead_s": statistics.median(diffs),
         "ratio_min": min(ratios),
         "ratio_max": max(ratios),
-        "plain_runs_s": times["plain"],
-        "kiln_runs_s": times["kiln"],
-        "plain_wall_s": statistics.median(wall["plain"]),
-        "kiln_wall_s": statistics.median(wall["kiln"]),
+        "vs_fabric": statistics.median(vs_fabric),
+        "fabric_ratio": statistics.median(fabric_ratios),
+        "fabric_overhead_s": statistics.median(fabric_diffs),
         "identical": identical,
     }
+    for name in VARIANTS:
+        result[f"{name}_step_s"] = statistics.median(times[name])
+        result[f"{name}_runs_s"] = times[name]
+        result[f"{name}_wall_s"] = statistics.median(wall[name])
+    return result
 
 
 def _rss_mb() -> float:
@@ -257,25 +291,33 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     print(f"config: {asdict(cfg)}, repeats={args.repeats}, torch threads={torch.get_num_threads()}")
-    train_plain(cfg)  # warm up the process: allocator, kernels, lazy imports
-    train_kiln(cfg)
+    for train in VARIANTS.values():  # warm up the process: allocator, kernels, lazy imports
+        train(cfg)
     result = compare(cfg, args.repeats)
     memory = {name: peak_memory(cfg, name) for name in VARIANTS}
     for name in VARIANTS:
         runs = ", ".join(f"{t * 1e3:.2f}" for t in result[f"{name}_runs_s"])
         print(
-            f"{name:>5}: median step {result[f'{name}_step_s'] * 1e3:.3f} ms (runs: {runs}); "
+            f"{name:>6}: median step {result[f'{name}_step_s'] * 1e3:.3f} ms (runs: {runs}); "
             f"whole run {result[f'{name}_wall_s']:.3f} s; peak RSS "
             f"{memory[name]['peak_rss_mb']:.1f} MiB "
             f"(+{memory[name]['training_mb']:.1f} during training)"
         )
     overhead_us = result["overhead_s"] * 1e6
     print(
-        f"kiln/plain step time: {result['ratio']:.4f} (per-pair range "
+        f"kiln/plain step time: {result['ratio']:.4f} (per-round range "
         f"{result['ratio_min']:.4f}-{result['ratio_max']:.4f}); {overhead_us:+.0f} us per step"
     )
+    print(
+        f"fabric/plain step time: {result['fabric_ratio']:.4f}; "
+        f"{result['fabric_overhead_s'] * 1e6:+.0f} us per step"
+    )
+    print(f"kiln/fabric step time: {result['vs_fabric']:.4f}")
     print(f"final weights bit-identical: {result['identical']}")
-    print(f"overhead_ratio={result['ratio']:.4f} identical={str(result['identical']).lower()}")
+    print(
+        f"overhead_ratio={result['ratio']:.4f} identical={str(result['identical']).lower()} "
+        f"vs_fabric={result['vs_fabric']:.4f}"
+    )
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ def task_logs(job_dir: Path) -> dict[int, str]:
     assert len(folders) == 1, folders
     logs: dict[int, str] = {}
     for out in sorted(folders[0].glob("*_log.out")):
-        rank = int(out.name.split("_")[-3])
+        rank = int(out.name.split("_")[-2])  # <job>_<index>_<rank>_log.out
         logs[rank] = out.read_text() + out.with_name(out.name[: -len("out")] + "err").read_text()
     return logs
 

@@ -2,6 +2,7 @@
 #   make train   the embedded default run (packaged MiniLM on kiln's generated text, CPU)
 #   make test    the test suite
 #   make bench   a small compile x precision benchmark sweep on the CPU, and its report
+#   make test-slurm  start a local single-node SLURM cluster (root), then the `slurm` tests
 # Both install what they need first (uv itself included) from the committed uv.lock.
 
 PYTHON ?= python3
@@ -17,7 +18,10 @@ export TOKENIZERS_PARALLELISM ?= false
 
 BENCH_DIR := outputs/bench/$(shell date +%Y-%m-%d_%H-%M-%S)
 
-.PHONY: setup train test test-all bench lint format clean
+.PHONY: setup train test test-slurm test-all bench lint format clean
+
+# `make test` runs the `slurm` tests too when a SLURM cluster answers (CI starts one).
+SLURM_UP = $(shell scripts/slurm_local.sh status >/dev/null 2>&1 && echo 1)
 
 setup: $(STAMP)
 
@@ -31,7 +35,11 @@ train: setup
 	$(RUN) kiln-train $(ARGS)
 
 test: setup
-	$(RUN) pytest -m "not slow and not gpu" $(ARGS)
+	$(RUN) pytest -m "not slow and not gpu$(if $(SLURM_UP),, and not slurm)" $(ARGS)
+
+test-slurm: setup
+	scripts/slurm_local.sh
+	$(RUN) pytest -m slurm $(ARGS)
 
 # The leading '-' lets the report run when a job failed: the sweep then exits 1, and the
 # failure is a row of the table with its reason.

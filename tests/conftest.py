@@ -12,13 +12,22 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip ``gpu`` tests without a CUDA device (``make test`` deselects them anyway)."""
+    """Skip ``gpu`` tests without a CUDA device and ``slurm`` tests without SLURM
+    (``make test`` deselects what the machine cannot run; ``make test-slurm`` starts a cluster)."""
+    import shutil
+
     import pytest
     import torch
 
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (run scripts/gpu_check.sh on one)")
+    missing = {
+        "gpu": None
+        if torch.cuda.is_available()
+        else "needs a CUDA GPU (run scripts/gpu_check.sh on one)",
+        "slurm": None
+        if shutil.which("sbatch")
+        else "no sbatch on PATH: start a cluster with make test-slurm",
+    }
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        for marker, reason in missing.items():
+            if reason and item.get_closest_marker(marker):
+                item.add_marker(pytest.mark.skip(reason=reason))

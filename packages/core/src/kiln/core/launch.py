@@ -26,11 +26,55 @@ class WorkerFailedError(RuntimeError):
     """A launched worker process failed; the message carries its error and traceback."""
 
 
+class WorldSizeError(RuntimeError):
+    """The processes that joined the job are not the ``devices x num_nodes`` the config asks for."""
+
+
 def launched_externally() -> bool:
     """Whether this process was started by torchrun, SLURM or another launcher that sets
     ``LOCAL_RANK`` and ``WORLD_SIZE``: then it is already one rank of the job."""
     has_rank_env = "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
     return has_rank_env or TorchElasticEnvironment.detect() or SLURMEnvironment.detect()
+
+
+def check_world_size(fabric: Any, trainer: Any) -> None:
+    """Fail unless the job runs on the ``trainer.devices x num_nodes`` processes it asks for.
+
+    Inside a SLURM allocation Fabric takes the world size from SLURM (``SLURM_NTASKS``), not from
+    the config: an ``sbatch --ntasks=1`` job with ``trainer.devices=2`` would train on one
+    process while everything recorded says two. Call it once Fabric is built, on every rank.
+
+    Args:
+        fabric: The job's ``lightning.Fabric``.
+        trainer: The ``kiln.core.TrainerConfig`` (``devices`` and ``num_nodes``).
+
+    Raises:
+        WorldSizeError: The numbers differ; the message names both and how to fix the launch.
+    """
+    world, devices, nodes = fabric.world_size, trainer.devices, trainer.num_nodes
+    if world == devices * nodes:
+        return
+    if SLURMEnvironment.detect():
+        tasks = os.environ.get("SLURM_NTASKS", "?")
+        slurm_nodes = os.environ.get("SLURM_NNODES", "?")
+        how = (
+            f"SLURM started {tasks} task(s) on {slurm_nodes} node(s): submit with "
+            f"--nodes={nodes} --ntasks-per-node={devices} (launcher=slurm does), or set "
+            f"trainer.devices and trainer.num_nodes to the tasks SLURM starts"
+        )
+    elif TorchElasticEnvironment.detect():
+        how = (
+            f"torchrun started WORLD_SIZE={os.environ.get('WORLD_SIZE', '?')} processes: run "
+            f"torchrun --nnodes={nodes} --nproc-per-node={devices}, or set trainer.devices and "
+            f"trainer.num_nodes to match"
+        )
+    else:
+        how = "start one process per device (kiln.core.launch, torchrun or SLURM)"
+    raise WorldSizeError(
+        f"the job runs on {world} process(es) (fabric.world_size={world}) but "
+        f"trainer.devices={devices} x trainer.num_nodes={nodes} asks for {devices * nodes}; "
+        f"{how}"
+    )
 
 
 def _free_port() -> int:

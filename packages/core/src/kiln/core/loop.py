@@ -38,7 +38,7 @@ from kiln.core.checkpoint import (
 from kiln.core.config import CompileConfig, TrainerConfig
 from kiln.core.contract import count_items, default_count_items
 from kiln.core.data import dataset_size, gather_in_order, set_epoch, training_loader
-from kiln.core.launch import launched_externally
+from kiln.core.launch import check_world_size, launched_externally
 from kiln.core.progress import Progress
 from kiln.core.telemetry import CompileWatch, StepTimer, peak_memory_mb
 
@@ -108,6 +108,7 @@ def _fit(
 ) -> FitResult:
     fabric = _build_fabric(trainer, loggers, [module, *(callbacks or [])], plugins)
     fabric.launch()  # sets up the process group; processes were started by kiln.core.launch
+    check_world_size(fabric, trainer)  # the world that trains is the one the config records
     fabric.seed_everything(trainer.seed)
 
     train_loader = training_loader(module.train_dataloader(), fabric, trainer.seed)

@@ -16,6 +16,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from kiln.core import CompileConfig, TrainerConfig
+from kiln.experiments.resolvers import register_resolvers
 from kiln.experiments.tracking import LoggerConfig
 from kiln.models import OptimizerConfig, SchedulerConfig
 
@@ -57,6 +58,7 @@ class TrainConfig:
 def register_configs() -> None:
     """Register ``train_schema`` (the typed base of ``configs/train.yaml``)."""
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+    register_resolvers()  # ${kiln_if_cuda:...} in configs/launcher
 
 
 def validate(cfg: DictConfig) -> TrainConfig:

@@ -1,0 +1,51 @@
+"""The launcher configs give each job the GPUs and cores that ``trainer`` asks for."""
+
+import pytest
+from train_helpers import compose_train
+
+from kiln.experiments.resolvers import if_cuda, uses_cuda
+
+
+@pytest.mark.parametrize(("accelerator", "devices", "gpus"), [("cuda", 2, 2), ("cpu", 2, 0)])
+@pytest.mark.parametrize("launcher", ["local_submitit", "slurm"])
+def test_launcher_requests_the_gpus_trainer_asks_for(launcher, accelerator, devices, gpus):
+    cfg = compose_train(
+        [
+            f"launcher={launcher}",
+            f"trainer.accelerator={accelerator}",
+            f"trainer.devices={devices}",
+        ],
+        hydra_config=True,
+    )
+    # 0 GPUs makes submitit set CUDA_VISIBLE_DEVICES="" in the job: a GPU job would see none
+    assert cfg.hydra.launcher.gpus_per_node == gpus
+
+
+def test_auto_accelerator_requests_gpus_only_when_this_machine_has_cuda():
+    import torch
+
+    cfg = compose_train(
+        ["launcher=local_submitit", "trainer.accelerator=auto", "trainer.devices=2"],
+        hydra_config=True,
+    )
+    assert cfg.hydra.launcher.gpus_per_node == (2 if torch.cuda.is_available() else 0)
+    assert uses_cuda("auto") == torch.cuda.is_available()
+
+
+def test_slurm_cores_per_task_follow_the_accelerator_and_can_be_overridden():
+    base = ["launcher=slurm", "trainer.devices=2"]
+    gpu = compose_train([*base, "trainer.accelerator=cuda"], hydra_config=True)
+    cpu = compose_train([*base, "trainer.accelerator=cpu"], hydra_config=True)
+    two = compose_train(
+        [*base, "trainer.accelerator=cpu", "hydra.launcher.cpus_per_task=2"], hydra_config=True
+    )
+    assert (gpu.hydra.launcher.cpus_per_task, cpu.hydra.launcher.cpus_per_task) == (8, 1)
+    assert two.hydra.launcher.cpus_per_task == 2
+    assert cpu.hydra.launcher.tasks_per_node == 2  # one task per device, GPU or not
+
+
+def test_if_cuda_accepts_lightning_accelerator_names():
+    assert if_cuda("CUDA", 1, 0) == 1
+    assert if_cuda("gpu", "a", "b") == "a"
+    assert if_cuda("cpu", 1, 0) == 0
+    assert if_cuda("mps", 1, 0) == 0

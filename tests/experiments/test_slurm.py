@@ -1,0 +1,106 @@
+"""kiln-train on a real SLURM cluster (``scripts/slurm_local.sh``: one node, 2 CPUs).
+
+Run with ``make test-slurm`` (starts the cluster first); skipped where ``sbatch`` is missing.
+Every job is two SLURM tasks (``--ntasks-per-node=2``) training one gloo DDP job on the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from train_helpers import explain, job_dirs, run_train, summary
+
+from kiln.experiments import wandb_files
+
+pytestmark = pytest.mark.slurm
+
+TWO_TASKS = [
+    "launcher=slurm",
+    "hydra.launcher.partition=debug",
+    "trainer.accelerator=cpu",
+    "trainer.devices=2",
+    "debug=fast",
+    "trainer.max_steps=4",
+    "compile.backend=aot_eager",
+]
+
+
+def task_logs(job_dir: Path) -> dict[int, str]:
+    """Each SLURM task's submitit log (stdout and stderr) for one Hydra job, by global rank."""
+    folders = [
+        d
+        for d in (job_dir.parent / ".submitit").iterdir()
+        if d.name.endswith(f"_{job_dir.name}")  # <array job id>_<array index>
+    ]
+    assert len(folders) == 1, folders
+    logs: dict[int, str] = {}
+    for out in sorted(folders[0].glob("*_log.out")):
+        rank = int(out.name.split("_")[-2])  # <job>_<index>_<rank>_log.out
+        logs[rank] = out.read_text() + out.with_name(out.name[: -len("out")] + "err").read_text()
+    return logs
+
+
+def task_results(job_dir: Path) -> list[str]:
+    """Each SLURM task's submitit outcome (``success`` or ``error``) for one Hydra job."""
+    folder = next(
+        d for d in (job_dir.parent / ".submitit").iterdir() if d.name.endswith(f"_{job_dir.name}")
+    )
+    outcomes = []
+    for path in sorted(folder.glob("*_result.pkl")):
+        with path.open("rb") as f:
+            outcomes.append(pickle.load(f)[0])
+    return outcomes
+
+
+def test_two_job_sweep_runs_each_job_as_two_slurm_tasks(tmp_path):
+    started = time.perf_counter()
+    proc = run_train(["-m", *TWO_TASKS, "precision=32-true,bf16-mixed"], tmp_path, timeout=1500)
+    elapsed = time.perf_counter() - started
+    print(f"2-job SLURM sweep (2 tasks each): {elapsed:.0f}s")
+    assert proc.returncode == 0, explain(proc)
+    dirs = job_dirs(tmp_path)
+    assert len(dirs) == 2, dirs
+    records = [summary(d) for d in dirs]
+    assert [r["precision"] for r in records] == ["32-true", "bf16-mixed"]
+    for job_dir, record in zip(dirs, records, strict=True):
+        assert record["status"] == "ok", record["error"]
+        assert (record["devices"], record["global_step"]) == (2, 4)
+        # SLURM started both ranks of the job, and both trained in one process group
+        logs = task_logs(job_dir)
+        assert sorted(logs) == [0, 1], logs.keys()
+        for rank, log in logs.items():
+            assert f"global_rank={rank}(2)" in log, log[-3000:]
+            assert f"GLOBAL_RANK: {rank}, MEMBER: {rank + 1}/2" in log, log[-3000:]
+        assert task_results(job_dir) == ["success", "success"]
+        # one W&B run per job, written by rank 0 only
+        runs = sorted((job_dir / "wandb").glob("offline-run-*"))
+        assert len(runs) == 1, runs
+        assert record["wandb"]["dir"] == str(runs[0])
+        run = wandb_files.read_run(runs[0])
+        assert "devices:2" in run["tags"]
+        logged = [r for r in wandb_files.read_history(runs[0]) if "train/loss" in r]
+        assert [r["trainer/global_step"] for r in logged] == [r["step"] for r in record["history"]]
+    assert not list(tmp_path.glob("wandb")), "a rank other than 0 opened a W&B run"
+
+
+def test_one_slurm_task_for_two_devices_fails_naming_both_numbers(tmp_path):
+    """``srun --ntasks=1`` (no SLURM_NTASKS_PER_NODE) with trainer.devices=2 used to train on one
+    process while the summary and tags said 2 devices."""
+    env = {**os.environ, "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
+    env.pop("SLURM_NTASKS_PER_NODE", None)
+    cmd = ["srun", "--ntasks=1", sys.executable, "-m", "kiln.experiments.train", *TWO_TASKS[2:]]
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert proc.returncode != 0, explain(proc)
+    record = summary(job_dirs(tmp_path)[0])
+    assert record["status"] == "failed"
+    error = record["error"]
+    assert "fabric.world_size=1" in error, error
+    assert "trainer.devices=2 x trainer.num_nodes=1" in error, error
+    assert "--ntasks-per-node=2" in error, error
+    assert record["global_step"] == 0 and not record["history"]

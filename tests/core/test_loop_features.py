@@ -155,3 +155,23 @@ def test_deterministic_mode_does_not_leak_into_the_next_run() -> None:
     assert not torch.are_deterministic_algorithms_enabled()
     fit(ToyTokenModule(), cfg(max_steps=1, deterministic=True))
     assert not torch.are_deterministic_algorithms_enabled()
+
+
+class TrainOnlyToy(ToyTokenModule):
+    def val_dataloader(self):
+        return None  # no validation: the compile figures are training's alone
+
+
+@pytest.mark.slow  # two compiles: ~40-60 s on a shared 2-core machine
+def test_each_fit_compiles_from_a_clean_dynamo_state() -> None:
+    # Two jobs of a sweep in one process, different batch sizes: the second must report its
+    # own compile (not reuse the first one's graphs, nor count a recompile against them).
+    compile = CompileConfig(mode="default", backend="aot_eager")
+    runs = [
+        fit(TrainOnlyToy(n=16, batch_size=b), cfg(max_steps=2), compile).telemetry for b in (2, 4)
+    ]
+    for t in runs:
+        assert t["compile_time_s"] > 0
+        assert t["unique_graphs"] >= 1
+        assert t["recompiles"] == 0
+    assert runs[1]["unique_graphs"] == runs[0]["unique_graphs"]

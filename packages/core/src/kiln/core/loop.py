@@ -39,6 +39,7 @@ from kiln.core.config import CompileConfig, TrainerConfig
 from kiln.core.contract import count_items, default_count_items
 from kiln.core.data import dataset_size, gather_in_order, set_epoch, training_loader
 from kiln.core.launch import launched_externally
+from kiln.core.precision import ExactDoublePrecision
 from kiln.core.progress import Progress
 from kiln.core.telemetry import CompileWatch, StepTimer, peak_memory_mb
 
@@ -304,6 +305,9 @@ def _build_fabric(
         )
     plugins = list(plugins or [])
     has_precision = any(isinstance(p, Precision) for p in plugins)
+    if not has_precision and trainer.precision == "64-true":
+        plugins.append(ExactDoublePrecision())  # Fabric's own rounds step outputs to fp32
+        has_precision = True
     strategy = trainer.strategy
     if strategy == "auto" and world > 1:
         strategy = "ddp"

@@ -10,6 +10,7 @@ from kiln.core.loop import (
     NonFiniteLossError,
     fit,
 )
+from kiln.core.seeding import rank_seed, weights_hash
 
 __all__ = [
     "COMPILE_MODES",
@@ -22,4 +23,6 @@ __all__ = [
     "TrainerConfig",
     "fit",
     "launch",
+    "rank_seed",
+    "weights_hash",
 ]

@@ -42,6 +42,7 @@ from kiln.core.data import dataset_size, gather_in_order, set_epoch, training_lo
 from kiln.core.launch import launched_externally
 from kiln.core.precision import ExactDoublePrecision
 from kiln.core.progress import Progress
+from kiln.core.seeding import seed_rank_streams
 from kiln.core.telemetry import CompileWatch, StepTimer, peak_memory_mb
 
 
@@ -170,6 +171,9 @@ def _fit(
         torch.compile(module, **compile.torch_compile_kwargs()) if compile.enabled else module
     )
     model = fabric.setup_module(to_setup)  # Fabric re-applies compile outside the DDP wrapper
+    # Weights are now rank 0's on every rank (DDP broadcasts parameters and buffers); from
+    # here each rank draws its own dropout/augmentation stream (restored on resume).
+    seed_rank_streams(trainer.seed, fabric.global_rank)
     optimizer, scheduler = _optimizers(module.configure_optimizers())
     optimizer = fabric.setup_optimizers(optimizer)
     scaler = getattr(fabric.strategy.precision, "scaler", None)  # set with 16-mixed only

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from lightning.fabric.plugins.precision.amp import MixedPrecision
+from torch.utils.data import DataLoader, TensorDataset
 from toy import ToyTokenModule, weights
 
-from kiln.core import CompileConfig, NonFiniteLossError, TrainerConfig, fit
+from kiln.core import (
+    CompileConfig,
+    EmptyWindowError,
+    NonFiniteGradientError,
+    NonFiniteLossError,
+    TrainerConfig,
+    fit,
+)
 
 
 def cfg(**kw) -> TrainerConfig:
@@ -155,3 +164,89 @@ def test_deterministic_mode_does_not_leak_into_the_next_run() -> None:
     assert not torch.are_deterministic_algorithms_enabled()
     fit(ToyTokenModule(), cfg(max_steps=1, deterministic=True))
     assert not torch.are_deterministic_algorithms_enabled()
+
+
+class TrainOnlyToy(ToyTokenModule):
+    def val_dataloader(self):
+        return None  # no validation: the compile figures are training's alone
+
+
+@pytest.mark.slow  # two compiles: ~40-60 s on a shared 2-core machine
+def test_each_fit_compiles_from_a_clean_dynamo_state() -> None:
+    # Two jobs of a sweep in one process, different batch sizes: the second must report its
+    # own compile (not reuse the first one's graphs, nor count a recompile against them).
+    compile = CompileConfig(mode="default", backend="aot_eager")
+    runs = [
+        fit(TrainOnlyToy(n=16, batch_size=b), cfg(max_steps=2), compile).telemetry for b in (2, 4)
+    ]
+    for t in runs:
+        assert t["compile_time_s"] > 0
+        assert t["unique_graphs"] >= 1
+        assert t["recompiles"] == 0
+    assert runs[1]["unique_graphs"] == runs[0]["unique_graphs"]
+
+
+class NaNGradToy(ToyTokenModule):
+    """A finite loss whose gradient is NaN from step 2 (sqrt'(0) * 0)."""
+
+    def training_step(self, batch, batch_idx):
+        out = super().training_step(batch, batch_idx)
+        if batch_idx >= 1:
+            out["loss"] = out["loss"] + torch.sqrt(self.head.bias.sum() * 0.0) * 0.0
+        return out
+
+
+def test_non_finite_gradient_under_clipping_names_the_step_and_value() -> None:
+    with pytest.raises(NonFiniteGradientError, match=r"gradient norm is nan at step 2") as info:
+        fit(NaNGradToy(), cfg(max_steps=4, gradient_clip_norm=1.0))
+    assert isinstance(info.value, NonFiniteLossError)  # callers catching the loss error see it
+    assert info.value.kiln_result.global_step == 1  # the progress a failed job reports
+    assert [row["step"] for row in info.value.kiln_result.history] == [1]
+
+
+class NoValidationModule(L.LightningModule):
+    """Defines no val_dataloader at all (LightningModule's default raises)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 1)
+
+    def training_step(self, batch, batch_idx):
+        (x,) = batch
+        return {"loss": self.layer(x).pow(2).mean(), "num_items": x.shape[0]}
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self):
+        return DataLoader(TensorDataset(torch.randn(8, 3)), batch_size=4)
+
+
+def test_validation_is_optional() -> None:
+    result = fit(NoValidationModule(), cfg(max_steps=2))
+    assert result.global_step == 2 and result.metrics == {}
+
+
+class EmptyWindowToy(ToyTokenModule):
+    """Every label of the second window is ignored: it has no token to average over."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.data.labels[4:8] = -100  # samples of micro-batches 2 and 3 (batch size 2)
+
+
+@pytest.mark.parametrize("host_counts", [False, True])
+@pytest.mark.parametrize("clip", [None, 1.0])
+def test_window_with_zero_items_fails_clearly(host_counts: bool, clip: float | None) -> None:
+    module = EmptyWindowToy(n=16, batch_size=2)
+    if host_counts:
+        module.count_items = lambda batch: int((batch["labels"] != -100).sum())
+    with pytest.raises(EmptyWindowError, match="step 2 counts 0 items") as info:
+        fit(module, cfg(max_steps=4, accumulate_grad_batches=2, gradient_clip_norm=clip))
+    assert info.value.kiln_result.global_step >= 1
+
+
+def test_logged_lr_is_the_rate_the_step_used() -> None:
+    module = ToyTokenModule(scheduler=True)  # StepLR: lr 0.1 for steps 1-3, then 0.05
+    result = fit(module, cfg(max_steps=5))
+    assert [row["train/lr"] for row in result.history] == pytest.approx([0.1, 0.1, 0.1, 0.05, 0.05])

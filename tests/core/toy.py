@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import lightning as L
 import torch
@@ -50,6 +48,7 @@ class ToyTokenModule(L.LightningModule):
         scheduler: bool = False,
         momentum: float = 0.0,
         step_sleep: float = 0.0,
+        optimizer: str = "sgd",
     ) -> None:
         super().__init__()
         torch.manual_seed(1234)
@@ -60,6 +59,7 @@ class ToyTokenModule(L.LightningModule):
         self.val_data = ToySequences(10, seed=1)
         self.batch_size, self.lr, self.shuffle = batch_size, lr, shuffle
         self.use_scheduler, self.momentum = scheduler, momentum
+        self.optimizer_name = optimizer
         self.step_sleep = float(os.environ.get("KILN_TEST_STEP_SLEEP", step_sleep))
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -95,7 +95,7 @@ class ToyTokenModule(L.LightningModule):
         }
 
     def configure_optimizers(self):
-        opt = torch.optim.SGD(self.parameters(), lr=self.lr, momentum=self.momentum)
+        opt = make_optimizer(self, self.optimizer_name)
         if not self.use_scheduler:
             return opt
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
@@ -108,16 +108,42 @@ class ToyTokenModule(L.LightningModule):
         return DataLoader(self.val_data, batch_size=4)
 
 
-@contextmanager
-def float64_outputs() -> Iterator[None]:
-    """With ``64-true`` Fabric casts module outputs to the default dtype; make that float64 so
-    comparisons against a float64 reference are exact to float64 rounding."""
-    saved = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(saved)
+def make_optimizer(module: ToyTokenModule, name: str) -> torch.optim.Optimizer:
+    """The toy's optimizer; the plain-PyTorch references build theirs here too."""
+    if name == "adamw":
+        return torch.optim.AdamW(module.parameters(), lr=module.lr, weight_decay=0.01)
+    if name == "sgd":
+        return torch.optim.SGD(module.parameters(), lr=module.lr, momentum=module.momentum)
+    raise ValueError(f"optimizer={name!r} is not valid; use 'sgd' or 'adamw'")
+
+
+def reference_run(
+    module: ToyTokenModule, window_samples: list[int], clip: float | None = None
+) -> tuple[dict[str, torch.Tensor], list[float]]:
+    """Plain PyTorch in float64: one optimizer step per window, on one batch holding the
+    whole window (samples in dataset order, epoch after epoch).
+
+    Returns:
+        The final weights and each window's token-weighted mean loss.
+    """
+    module = module.double()
+    opt = make_optimizer(module, module.optimizer_name)
+    n = len(module.data)
+    losses = []
+    start = 0
+    for size in window_samples:
+        index = torch.arange(start, start + size) % n
+        start += size
+        batch = {"input_ids": module.data.ids[index], "labels": module.data.labels[index]}
+        loss_sum, count = module.token_loss_sum(batch)
+        loss = loss_sum / count
+        loss.backward()
+        losses.append(loss.item())
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
+        opt.step()
+        opt.zero_grad()
+    return weights(module), losses
 
 
 def weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:

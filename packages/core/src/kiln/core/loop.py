@@ -27,6 +27,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.plugins import Precision
+from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from kiln.core.checkpoint import (
     capture_rng_state,
@@ -39,12 +40,22 @@ from kiln.core.config import CompileConfig, TrainerConfig
 from kiln.core.contract import count_items, default_count_items
 from kiln.core.data import dataset_size, gather_in_order, set_epoch, training_loader
 from kiln.core.launch import check_world_size, launched_externally
+from kiln.core.precision import ExactDoublePrecision
 from kiln.core.progress import Progress
+from kiln.core.seeding import seed_rank_streams
 from kiln.core.telemetry import CompileWatch, StepTimer, peak_memory_mb
 
 
 class NonFiniteLossError(RuntimeError):
     """The training loss became NaN or infinite; the run stops before saving it."""
+
+
+class NonFiniteGradientError(NonFiniteLossError):
+    """The gradient norm became NaN or infinite under gradient clipping."""
+
+
+class EmptyWindowError(ValueError):
+    """A window's micro-batches hold no items to average over (e.g. every label is -100)."""
 
 
 @dataclass
@@ -83,16 +94,44 @@ def fit(
 
     Returns:
         The final step, validation metrics, telemetry and logged history.
+
+    Raises:
+        NonFiniteLossError: The loss (or, with clipping, the gradient norm:
+            ``NonFiniteGradientError``) became NaN or infinite; the message names the step.
+        EmptyWindowError: A window counted zero items over all ranks.
+
+    Any exception raised out of ``fit`` after training started carries the run's progress
+    as ``error.kiln_result``: a :class:`FitResult` whose ``global_step`` is the optimizer
+    steps taken and whose ``history`` holds the rows logged before the failure.
     """
     # Global switch: restored afterwards, so one job of a sweep cannot leak it to the next.
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     if trainer.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it
         torch.use_deterministic_algorithms(True)
+    run = _RunState()
     try:
         return _fit(
-            module, trainer, compile or CompileConfig(), loggers, callbacks, plugins, run_config
+            module,
+            trainer,
+            compile or CompileConfig(),
+            loggers,
+            callbacks,
+            plugins,
+            run_config,
+            run,
         )
+    except BaseException as error:
+        # what callers report for a failed job: the steps done and what was logged
+        error.kiln_result = FitResult(  # type: ignore[attr-defined]
+            global_step=run.global_step,
+            epoch=run.epoch,
+            metrics=dict(run.metrics),
+            train_loss=run.history[-1]["train/loss"] if run.history else None,
+            history=list(run.history),
+            checkpoint=run.checkpoint,
+        )
+        raise
     finally:
         torch.use_deterministic_algorithms(was_deterministic)
 
@@ -105,6 +144,7 @@ def _fit(
     callbacks: Sequence[Any] | None,
     plugins: Sequence[Any] | None,
     run_config: dict[str, Any] | None,
+    run: _RunState,
 ) -> FitResult:
     fabric = _build_fabric(trainer, loggers, [module, *(callbacks or [])], plugins)
     fabric.launch()  # sets up the process group; processes were started by kiln.core.launch
@@ -132,11 +172,13 @@ def _fit(
         torch.compile(module, **compile.torch_compile_kwargs()) if compile.enabled else module
     )
     model = fabric.setup_module(to_setup)  # Fabric re-applies compile outside the DDP wrapper
+    # Weights are now rank 0's on every rank (DDP broadcasts parameters and buffers); from
+    # here each rank draws its own dropout/augmentation stream (restored on resume).
+    seed_rank_streams(trainer.seed, fabric.global_rank)
     optimizer, scheduler = _optimizers(module.configure_optimizers())
     optimizer = fabric.setup_optimizers(optimizer)
     scaler = getattr(fabric.strategy.precision, "scaler", None)  # set with 16-mixed only
 
-    run = _RunState()
     objects = {"model": model, "optimizer": optimizer}
     if scheduler is not None:
         objects["scheduler"] = scheduler
@@ -180,8 +222,9 @@ def _fit(
                     run.batch_in_epoch,
                     check=run.global_step == start_step,  # once: count_items vs num_items
                 )
-                grad_norm, skipped = _optimizer_step(
-                    fabric, model, optimizer, scheduler, scaler, trainer.gradient_clip_norm
+                step = run.global_step + 1
+                grad_norm, skipped, run.lr = _optimizer_step(
+                    fabric, model, optimizer, scheduler, scaler, trainer, step, total
                 )
                 run.skipped_steps += skipped
                 run.global_step += 1
@@ -191,13 +234,11 @@ def _fit(
                     run.epoch += 1
                     run.batch_in_epoch = 0
                 samples = sum(default_count_items(b) for b in window) * fabric.world_size
-                run.pending.append(
-                    _Pending(run.global_step, loss_sum, total, _clock_stop(started), samples)
-                )
+                run.pending.append(_Pending(step, loss_sum, total, _clock_stop(started), samples))
 
                 done = run.global_step >= total_steps
                 if done or _every(run.global_step, trainer.log_every_n_steps):
-                    row = _log_train(fabric, run, timer, optimizer, grad_norm)
+                    row = _log_train(fabric, run, timer, grad_norm)
                     progress.update(
                         run.global_step,
                         row["train/loss"],
@@ -273,6 +314,7 @@ class _RunState:
     checkpoint: str | None = None
     pending: list[_Pending] = field(default_factory=list)  # steps not yet synced to the host
     counts_tokens: bool = False  # the module's items are tokens: report tokens/s
+    lr: float | None = None  # the learning rate the latest step used
 
     def state(self) -> dict[str, Any]:
         return {
@@ -305,6 +347,9 @@ def _build_fabric(
         )
     plugins = list(plugins or [])
     has_precision = any(isinstance(p, Precision) for p in plugins)
+    if not has_precision and trainer.precision == "64-true":
+        plugins.append(ExactDoublePrecision())  # Fabric's own rounds step outputs to fp32
+        has_precision = True
     strategy = trainer.strategy
     if strategy == "auto" and world > 1:
         strategy = "ddp"
@@ -321,10 +366,16 @@ def _build_fabric(
 
 
 def _val_loader(module: L.LightningModule, fabric: L.Fabric):
+    # Validation is optional: LightningModule's own val_dataloader raises (a
+    # MisconfigurationException), so only a hook the module defines is called.
+    if isinstance(module, L.LightningModule) and not is_overridden(
+        "val_dataloader", module, L.LightningModule
+    ):
+        return None
     hook = getattr(module, "val_dataloader", None)
     try:
         loader = hook() if callable(hook) else None
-    except NotImplementedError:  # LightningModule's default hook
+    except NotImplementedError:
         return None
     return fabric.setup_dataloaders(loader) if loader is not None else None
 
@@ -416,12 +467,38 @@ def _optimizer_step(
     optimizer: Any,
     scheduler: Any,
     scaler: Any,
-    clip_norm: float | None,
-) -> tuple[torch.Tensor | None, bool]:
-    """Clip, step, schedule, zero; returns (grad norm, whether the GradScaler skipped it)."""
+    trainer: TrainerConfig,
+    step: int,
+    total: int | torch.Tensor,
+) -> tuple[torch.Tensor | None, bool, float]:
+    """Clip, step, schedule, zero.
+
+    Returns:
+        The grad norm (with clipping), whether the GradScaler skipped the step, and the
+        learning rate the step used (read before the scheduler moves it on).
+    """
+    if isinstance(total, int):
+        _check_total(total, step)  # host integer: free to check before the update
     grad_norm = None
-    if clip_norm is not None:
-        grad_norm = fabric.clip_gradients(model, optimizer, max_norm=clip_norm)
+    if trainer.gradient_clip_norm is not None:
+        try:
+            # inf/NaN gradients are expected with 16-mixed: the GradScaler skips those steps
+            grad_norm = fabric.clip_gradients(
+                model,
+                optimizer,
+                max_norm=trainer.gradient_clip_norm,
+                error_if_nonfinite=scaler is None,
+            )
+        except RuntimeError as error:
+            if "non-finite" not in str(error):
+                raise
+            _check_total(int(total), step)  # an empty window makes 0/0 gradients
+            raise NonFiniteGradientError(
+                f"gradient norm is {_grad_norm(optimizer)} at step {step} (before clipping to "
+                f"trainer.gradient_clip_norm={trainer.gradient_clip_norm}); stopping before it "
+                "reaches a checkpoint (the last good checkpoint stays)"
+            ) from error
+    lr = _lr(optimizer)
     scale_before = scaler.get_scale() if scaler is not None else None
     optimizer.step()
     # note: get_scale() is a host sync, paid only with 16-mixed's GradScaler. A lower scale
@@ -430,7 +507,29 @@ def _optimizer_step(
     if scheduler is not None and not skipped:
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return grad_norm, skipped
+    return grad_norm, skipped, lr
+
+
+def _lr(optimizer: Any) -> float:
+    lr = optimizer.param_groups[0]["lr"]
+    return float(lr)  # a tensor lr (for compiled optimizers) is read only here
+
+
+def _grad_norm(optimizer: Any) -> float:
+    """The global 2-norm of the gradients (on a failure path: a host sync is fine)."""
+    grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+    if not grads:
+        return float("nan")
+    return float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))
+
+
+def _check_total(total: int, step: int) -> None:
+    if total == 0:
+        raise EmptyWindowError(
+            f"the window of micro-batches for step {step} counts 0 items over all ranks "
+            "(count_items(batch) summed to 0: e.g. every label is -100), so it has no mean "
+            "loss; each window needs at least 1 item: filter out batches with no label tokens"
+        )
 
 
 def _clock_start(device: torch.device) -> Any:
@@ -516,6 +615,8 @@ def _flush(fabric: L.Fabric, run: _RunState, timer: StepTimer) -> list[tuple[int
     totals = torch.stack([_as_tensor(p.total, sums.device) for p in pending])
     losses = (sums / totals).tolist()
     for p, total in zip(pending, totals.tolist(), strict=True):
+        _check_total(int(total), p.step)  # before the NaN that 0/0 makes is reported
+    for p, total in zip(pending, totals.tolist(), strict=True):
         timer.record(p.seconds(), p.samples, int(total) if run.counts_tokens else None)
     for p, value in zip(pending, losses, strict=True):
         if not math.isfinite(value):
@@ -527,13 +628,13 @@ def _flush(fabric: L.Fabric, run: _RunState, timer: StepTimer) -> list[tuple[int
 
 
 def _log_train(
-    fabric: L.Fabric, run: _RunState, timer: StepTimer, optimizer: Any, grad_norm: Any
+    fabric: L.Fabric, run: _RunState, timer: StepTimer, grad_norm: Any
 ) -> dict[str, Any]:
     step, loss = _flush(fabric, run, timer)[-1]
     row: dict[str, Any] = {
         "step": step,
         "train/loss": loss,
-        "train/lr": optimizer.param_groups[0]["lr"],
+        "train/lr": run.lr,  # the rate this step used, not the one the scheduler set next
         "train/skipped_steps": run.skipped_steps,
     }
     if grad_norm is not None:

@@ -170,7 +170,13 @@ class CompileWatch:
         self._warned = False
 
     def start(self) -> None:
-        """Reset dynamo's counters, guard-failure log and compilation metrics."""
+        """Start from a fresh in-memory dynamo state, as a new process would.
+
+        Resets dynamo's code caches (compiled frames, automatic-dynamic shape state), its
+        counters, guard-failure log and compilation metrics, so what a run reports does not
+        depend on what was compiled before it in the process. On-disk caches are kept.
+        """
+        torch._dynamo.reset()  # else a second run reuses the first one's graphs, uncounted
         dynamo_utils.counters.clear()
         dynamo_utils.guard_failures.clear()
         dynamo_utils.clear_compilation_metrics()

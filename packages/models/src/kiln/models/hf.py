@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from kiln.core.optional import require
 from kiln.models.data.base import IGNORE_INDEX
 from kiln.models.metrics import load_metric
-from kiln.models.module import KilnModule
+from kiln.models.module import KilnModule, at_least_fp32
 from kiln.models.optim import OptimizerConfig, SchedulerConfig
 from kiln.models.registry import register_model
 
@@ -178,7 +178,7 @@ class HFSequenceClassifier(HFModule):
 
     def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
         logits = self.model(**self.model_inputs(batch)).logits
-        return F.cross_entropy(logits.float(), batch["labels"]), batch["labels"].shape[0]
+        return F.cross_entropy(at_least_fp32(logits), batch["labels"]), batch["labels"].shape[0]
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
         logits = self.model(**self.model_inputs(batch)).logits
@@ -195,7 +195,7 @@ class HFSequenceClassifier(HFModule):
 
 def classification_outputs(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per-sample validation outputs of a classifier: predictions, labels and losses."""
-    logits = logits.float()
+    logits = at_least_fp32(logits)
     loss = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="none")
     return {"preds": logits.argmax(-1), "labels": labels, "loss": loss}
 
@@ -213,7 +213,7 @@ def classification_metrics(outputs: dict[str, torch.Tensor], num_labels: int) ->
         "f1": load_metric("f1").compute(predictions=preds, references=labels, average=average)[
             "f1"
         ],
-        "loss": float(outputs["loss"][keep].float().mean()),
+        "loss": float(at_least_fp32(outputs["loss"][keep]).mean()),
     }
 
 
@@ -238,7 +238,7 @@ class HFCausalLM(HFModule):
     def token_nll(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token NLL (0 where ignored) and the mask of counted tokens, both (B, L-1)."""
         inputs = {k: v for k, v in self.model_inputs(batch).items() if k != "token_type_ids"}
-        logits = self.model(**inputs).logits[:, :-1].float()
+        logits = at_least_fp32(self.model(**inputs).logits[:, :-1])
         labels = batch["labels"][:, 1:]
         nll = F.cross_entropy(
             logits.transpose(1, 2), labels, ignore_index=IGNORE_INDEX, reduction="none"

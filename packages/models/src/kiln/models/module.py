@@ -14,6 +14,14 @@ import torch
 from kiln.models.optim import OptimizerConfig, SchedulerConfig, build_optimizer, build_scheduler
 
 
+def at_least_fp32(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` promoted to float32 if it is of lower precision; float64 stays float64.
+
+    Losses go through this instead of ``.float()``, which would down-cast a ``64-true`` run.
+    """
+    return tensor.to(torch.promote_types(tensor.dtype, torch.float32))
+
+
 class KilnModule(L.LightningModule):
     """Base class of kiln's model wrappers.
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from kiln.models.hf import classification_metrics, classification_outputs
-from kiln.models.module import KilnModule
+from kiln.models.module import KilnModule, at_least_fp32
 from kiln.models.optim import OptimizerConfig, SchedulerConfig
 from kiln.models.registry import register_model
 
@@ -106,7 +106,7 @@ class TimmClassifier(KilnModule):
         return self.model(pixel_values)
 
     def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
-        logits = self.model(batch["pixel_values"]).float()
+        logits = at_least_fp32(self.model(batch["pixel_values"]))
         return F.cross_entropy(logits, batch["labels"]), batch["labels"].shape[0]
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:

@@ -1,0 +1,28 @@
+"""Precision plugins kiln uses in place of Fabric's own.
+
+Fabric's ``64-true`` plugin casts every module output to torch's *default* dtype (float32
+unless the user changed it), so a float64 run would weigh and log its losses in float32.
+kiln's plugin keeps float64 outputs, making ``64-true`` exact to float64 rounding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from lightning.fabric.plugins.precision import DoublePrecision
+from lightning.fabric.utilities.apply_func import apply_to_collection
+
+
+def _promote(tensor: torch.Tensor) -> torch.Tensor:
+    """Floating tensors become at least the default dtype; none is ever down-cast."""
+    if not torch.is_floating_point(tensor):
+        return tensor
+    return tensor.to(torch.promote_types(tensor.dtype, torch.get_default_dtype()))
+
+
+class ExactDoublePrecision(DoublePrecision):
+    """``64-true`` whose step outputs stay float64 (Fabric's casts them to float32)."""
+
+    def convert_output(self, data: Any) -> Any:
+        return apply_to_collection(data, dtype=torch.Tensor, function=_promote)

@@ -1,0 +1,114 @@
+"""``64-true`` is exact for kiln.models' causal LM and classifier: a window of micro-batches
+(variable-length, padded rows) updates the weights as one big batch does in a plain PyTorch
+float64 AdamW loop, to <= 1e-12 after 5 steps, and the logged loss is the window's
+token-weighted mean. The losses must only ever promote (``.float()`` would down-cast)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_model
+from torch.utils.data import DataLoader, default_collate
+
+from kiln.core import TrainerConfig, fit
+from kiln.models.module import at_least_fp32
+
+NO_DROPOUT = {
+    "llama-tiny-lm": {},  # Llama has no dropout by default
+    "bert-tiny-cls": {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
+}
+
+
+def rows(model, n: int, length: int = 12) -> list[dict[str, torch.Tensor]]:
+    """Right-padded rows of random lengths (so micro-batches hold unequal token counts)."""
+    g = torch.Generator().manual_seed(3)
+    vocab = model.vocab_size
+    out = []
+    for i in range(n):
+        size = int(torch.randint(2, length + 1, (), generator=g))
+        ids = torch.zeros(length, dtype=torch.long)
+        ids[:size] = torch.randint(1000, vocab, (size,), generator=g)
+        mask = (torch.arange(length) < size).long()
+        if model.task == "causal-lm":
+            labels = torch.where(mask.bool(), ids, torch.full_like(ids, -100))
+        else:
+            labels = torch.tensor(i % model.num_labels)
+        out.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
+    return out
+
+
+def build(name: str, data: list[dict], batch_size: int):
+    torch.manual_seed(0)  # both copies start from the same weights
+    model = tiny_model(name, config_overrides=NO_DROPOUT[name])
+    # Train on fixed rows in order; no validation (the loss path is what is tested here).
+    model.train_dataloader = lambda: DataLoader(data, batch_size=batch_size)
+    model.val_dataloader = lambda: None
+    return model
+
+
+def reference(name: str, data: list[dict], windows: list[int]) -> tuple[dict, list[float]]:
+    """Plain PyTorch float64: one AdamW step (the module's own settings) per big batch."""
+    model = build(name, data, 1).double()
+    model.total_steps = len(windows)
+    configured = model.configure_optimizers()
+    opt, sched = configured["optimizer"], configured["lr_scheduler"]
+    losses, start = [], 0
+    for size in windows:
+        batch = default_collate(data[start : start + size])
+        start += size
+        loss, _ = model.loss_and_count(batch)
+        loss.backward()
+        losses.append(loss.item())
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+    return {k: v.detach() for k, v in model.state_dict().items()}, losses
+
+
+def check(name: str, n: int, accumulate: int, windows: list[int], **trainer_kw) -> None:
+    b = 2
+    data = rows(tiny_model(name), n)
+    model = build(name, data, b)
+    cfg = TrainerConfig(
+        accelerator="cpu",
+        precision="64-true",
+        accumulate_grad_batches=accumulate,
+        log_every_n_steps=1,
+        progress=False,
+        **trainer_kw,
+    )
+    result = fit(model, cfg)
+    want, losses = reference(name, data, windows)
+    assert result.global_step == len(windows)
+    for key, value in model.state_dict().items():
+        if value.is_floating_point():
+            assert value.dtype == torch.float64, key
+            torch.testing.assert_close(value, want[key], rtol=0.0, atol=1e-12)
+    logged = [row["train/loss"] for row in result.history]
+    assert logged == pytest.approx(losses, rel=0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("accumulate", [1, 2, 4, 8])
+def test_causal_lm_window_equals_one_big_batch_in_float64(accumulate: int) -> None:
+    check("llama-tiny-lm", 2 * accumulate * 5, accumulate, [2 * accumulate] * 5, max_steps=5)
+
+
+@pytest.mark.parametrize("accumulate", [1, 4])
+def test_classifier_window_equals_one_big_batch_in_float64(accumulate: int) -> None:
+    check("bert-tiny-cls", 2 * accumulate * 5, accumulate, [2 * accumulate] * 5, max_steps=5)
+
+
+@pytest.mark.parametrize("name", ["llama-tiny-lm", "bert-tiny-cls"])
+def test_partial_last_window_in_float64(name: str) -> None:
+    # 9 micro-batches of 2, windows of 4: [8, 8, 2] in one epoch
+    check(name, 18, 4, [8, 8, 2], max_steps=10, max_epochs=1)
+
+
+def test_losses_promote_and_never_down_cast() -> None:
+    for dtype, want in [
+        (torch.float64, torch.float64),
+        (torch.float32, torch.float32),
+        (torch.bfloat16, torch.float32),
+        (torch.float16, torch.float32),
+    ]:
+        assert at_least_fp32(torch.ones(2, dtype=dtype)).dtype == want

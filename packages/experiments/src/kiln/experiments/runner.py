@@ -10,6 +10,7 @@ worker: it trains in-process, and only global rank 0 tracks and writes.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import signal
@@ -46,6 +47,33 @@ def build_module(resolved: dict[str, Any]) -> Any:
     return create_model(**resolved["model"], data=data, optimizer=optimizer, scheduler=scheduler)
 
 
+def seed_before_build(seed: int) -> None:
+    """Seed python, numpy and torch (every device) before the data and model are built.
+
+    ``kiln.core.fit`` seeds again after building, but by then the weights are drawn: without
+    this, every process starts from its own random weights, and in a sweep run in one
+    process a job's weights depend on what the jobs before it drew.
+    """
+    from lightning.fabric.utilities.seed import seed_everything
+
+    seed_everything(seed, verbose=False)
+
+
+# TODO(lead): use kiln.core.weights_hash once the core branch is merged.
+def _weights_hash(module: Any) -> str:
+    """sha256 over the state dict (key, dtype, shape and bytes of every tensor, in key order)."""
+    import torch
+
+    digest = hashlib.sha256()
+    for key, value in module.state_dict().items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        tensor = value.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{key}|{tensor.dtype}|{tuple(value.shape)}|".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
     """Train as one process of the job; a top-level function so ``kiln.core.launch`` can pickle it.
 
@@ -60,7 +88,12 @@ def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]
 
     trainer = TrainerConfig(**resolved["trainer"])
     compile_cfg = CompileConfig(**resolved["compile"])
+    seed_before_build(trainer.seed)  # same seed, same starting weights, on every rank and job
     module = build_module(resolved)
+    init_hash = _weights_hash(module)
+    if global_rank() == 0:
+        for logger in loggers:  # the W&B run's config (a worker process attaches to it)
+            logger.log_hyperparams({"seed": trainer.seed, "init_weights_sha256": init_hash})
     result = fit(
         module,
         trainer,
@@ -68,7 +101,7 @@ def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]
         loggers=loggers if global_rank() == 0 else [],
         run_config=resolved,
     )
-    return dataclasses.asdict(result)
+    return {**dataclasses.asdict(result), "init_weights_sha256": init_hash}
 
 
 def _train(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
@@ -132,6 +165,8 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
         "compile_mode": resolved["compile"]["mode"],
         "devices": trainer["devices"] * trainer["num_nodes"],
         "accumulate_grad_batches": trainer["accumulate_grad_batches"],
+        "seed": trainer["seed"],
+        "init_weights_sha256": None,
         "metrics": {},
         "train_loss": None,
         "global_step": 0,
@@ -162,6 +197,7 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             telemetry=result["telemetry"],
             history=result["history"],
             checkpoint=result["checkpoint"],
+            init_weights_sha256=result["init_weights_sha256"],
         )
     except BaseException as exc:  # noqa: BLE001 - a failed job must not stop the sweep
         summary["error"] = f"{type(exc).__name__}: {exc}"
@@ -176,6 +212,8 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
                     "telemetry": summary["telemetry"],
                     "global_step": summary["global_step"],
                     "train_loss": summary["train_loss"],
+                    "seed": summary["seed"],
+                    "init_weights_sha256": summary["init_weights_sha256"],
                 }
             )
             tracker.finish(summary["status"], summary["error"])

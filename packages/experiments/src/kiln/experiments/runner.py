@@ -131,6 +131,7 @@ def run_tags(resolved: dict[str, Any]) -> list[str]:
     trainer = resolved["trainer"]
     return [
         f"model:{model.get('name', '?')}",
+        *(["model:tiny"] if model.get("tiny") else []),  # debug=fast: the test-sized variant
         f"precision:{trainer['precision']}",
         f"compile:{resolved['compile']['mode']}",
         f"devices:{trainer['devices'] * trainer['num_nodes']}",
@@ -161,6 +162,7 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
         "output_dir": job.output_dir,
         "sweep_dir": job.sweep_dir,
         "model": (resolved.get("model") or {}).get("name"),
+        "model_tiny": bool((resolved.get("model") or {}).get("tiny")),
         "precision": trainer["precision"],
         "compile_mode": resolved["compile"]["mode"],
         "devices": trainer["devices"] * trainer["num_nodes"],

@@ -46,8 +46,6 @@ class TrainConfig:
     paths: PathsConfig = field(default_factory=PathsConfig)
     name: str = "default"
     """The experiment's name (set by ``experiment=`` files)."""
-    debug_model: str = "bert-tiny-cls"
-    """The tiny stand-in for ``model`` that ``debug=fast`` trains (experiments set their own)."""
     tags: list[str] = field(default_factory=list)
     """Extra W&B tags for the run."""
     print_config: bool = False

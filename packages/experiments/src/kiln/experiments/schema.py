@@ -26,8 +26,8 @@ class PathsConfig:
 
     log_dir: str = "outputs"
     """Root of all run and sweep directories (``KILN_LOG_DIR``)."""
-    output_dir: str = "${hydra:runtime.output_dir}"
-    """The running job's own directory."""
+    output_dir: str | None = "${hydra:runtime.output_dir}"
+    """The running job's own directory (``None`` outside a job, e.g. ``--cfg job --resolve``)."""
 
 
 @dataclass

@@ -92,12 +92,24 @@ def test_every_model_config_instantiates_with_its_data(model):
 @pytest.mark.parametrize("experiment", options("experiment"))
 def test_every_experiment_instantiates_its_tiny_debug_variant(experiment):
     full = compose_train([f"experiment={experiment}"])
-    assert full.name == experiment and full.debug_model
+    assert full.name == experiment
     cfg = resolved([f"experiment={experiment}", "debug=fast"])
-    assert cfg["model"]["name"] == full.debug_model
+    assert cfg["model"]["name"] == full.model.name and cfg["model"]["tiny"] is True
     module = build_module(cfg)
     batch = next(iter(module.train_dataloader()))
     out = module.training_step(batch, 0)
+    assert out["loss"].isfinite()
+
+
+@pytest.mark.parametrize("model", options("model"))
+def test_debug_fast_shrinks_the_chosen_model_not_another_one(model):
+    name = compose_train([f"model={model}"]).model.name
+    data = DATA_FOR_TASK[get_model_entry(name).task]
+    cfg = resolved([f"model={model}", f"data={data}", "debug=fast"])
+    assert cfg["model"]["name"] == name  # the model asked for, not a stand-in
+    module = build_module(cfg)
+    assert sum(p.numel() for p in module.parameters()) < 2_000_000  # test-sized
+    out = module.training_step(next(iter(module.train_dataloader())), 0)
     assert out["loss"].isfinite()
 
 

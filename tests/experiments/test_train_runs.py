@@ -49,9 +49,9 @@ def test_single_run_writes_summary_and_one_offline_wandb_run(tmp_path):
 
     run = assert_wandb_holds_every_logged_row(job_dir, record)
     assert run["exit_code"] == 0 and run["job_type"] == "train"
-    assert {"model:bert-tiny-cls", "precision:bf16-mixed", "compile:none", "devices:1"} <= set(
-        run["tags"]
-    )
+    tags = {"model:minilm-cls", "model:tiny", "precision:bf16-mixed", "compile:none", "devices:1"}
+    assert tags <= set(run["tags"])
+    assert record["model"] == "minilm-cls" and record["model_tiny"] is True
     assert run["config"]["trainer"]["max_steps"] == 4  # the resolved config
     assert run["name"] == ",".join(FAST + ["precision=bf16-mixed"])
     wb_summary = wandb_files.read_summary(wandb_run_dirs(job_dir)[0])

@@ -50,3 +50,51 @@ def test_register_a_new_model_in_one_decorated_factory():
             km.register_model("my-tiny-vit", task="image-classification")(my_tiny_vit)
     finally:
         _REGISTRY.pop("my-tiny-vit", None)
+
+
+def test_every_registered_model_has_a_tiny_variant_of_itself():
+    for name in km.list_models():
+        entry = km.get_model_entry(name)
+        assert isinstance(entry.tiny, dict), name
+        module = km.create_model(name, tiny=True)
+        assert sum(p.numel() for p in module.parameters()) < 2_000_000, name
+
+
+def test_tiny_shrinks_the_configured_architecture_and_keeps_other_arguments():
+    module = km.create_model(
+        "hf-lm",
+        arch="llama",
+        tiny=True,
+        config_overrides={"hidden_size": 512, "rms_norm_eps": 1e-3},
+    )
+    config = module.model.config
+    assert config.model_type == "llama" and config.hidden_size == 32  # tiny wins on size
+    assert config.rms_norm_eps == 1e-3
+    vit = km.create_model("timm", arch="vit_tiny_patch16_224", num_classes=3, tiny=True)
+    assert vit.arch == "vit_tiny_patch16_224" and vit.num_classes == 3
+    with pytest.raises(ValueError, match=r"model 'timm' has no tiny variant.*densenet121"):
+        km.create_model("timm", arch="densenet121", tiny=True)
+    with pytest.raises(ValueError, match=r"model 'hf-lm' has no tiny variant.*'mistral'"):
+        km.create_model("hf-lm", arch="mistral", tiny=True)
+
+
+def test_misspelled_model_arguments_fail_naming_the_valid_ones():
+    with pytest.raises(ValueError) as err:
+        km.create_model("bert-tiny-cls", config_overides={"num_hidden_layers": 1})
+    message = str(err.value)
+    assert "'config_overides'" in message and "did you mean 'config_overrides'" in message
+    assert "pretrained" in message and "num_labels" in message
+    with pytest.raises(
+        ValueError,
+        match=r"config_overrides.num_hiden_layers is not a field.*"
+        r"did you mean 'num_hidden_layers'",
+    ):
+        km.create_model("bert-tiny-cls", config_overrides={"num_hiden_layers": 1})
+    with pytest.raises(ValueError) as err:
+        km.create_model("resnet-tiny", num_clases=3)
+    message = str(err.value)
+    assert "model 'resnet-tiny' has no argument 'num_clases'" in message
+    assert "did you mean 'num_classes'" in message and "img_size" in message
+    # HF config fields are still accepted directly, and in config_overrides
+    module = km.create_model("bert-tiny-cls", hidden_dropout_prob=0.2)
+    assert module.model.config.hidden_dropout_prob == 0.2

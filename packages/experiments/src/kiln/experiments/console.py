@@ -41,6 +41,8 @@ def job_table(summary: dict[str, Any]) -> Table:
         table.add_row(f"telemetry/{key}", f"{_fmt(value)} {unit}".strip(), style="dim")
     if summary.get("error"):
         table.add_row("error", summary["error"], style="red")
+    if summary.get("traceback_file"):
+        table.add_row("traceback", summary["traceback_file"], style="dim")
     table.caption = f"run: {summary.get('run_name')}\noutputs: {summary.get('output_dir')}"
     if summary.get("wandb"):
         table.caption += f"\nW&B run: {summary['wandb']['dir']}"

@@ -58,6 +58,7 @@ _TRAIN_LAST = [
     "graph_breaks",
     "speedup_vs_eager",
     "scaling_efficiency",
+    "error",
 ]
 
 

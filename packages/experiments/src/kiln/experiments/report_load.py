@@ -46,6 +46,19 @@ def load_sweep(root: str | Path) -> SweepRecords:
         record.setdefault("job_dir", str(path.parent))
         kind = record.get("kind") or ("bench" if path.name == "bench.json" else "train")
         (records.bench if kind == "bench" else records.train).append(record)
+    # A Hydra job directory without a record (the job died before writing one) is a row too.
+    recorded = {path.parent for path in paths}
+    for config in sorted(root.rglob(".hydra/config.yaml")):
+        job_dir = config.parent.parent
+        if job_dir not in recorded and "wandb" not in job_dir.relative_to(root).parts:
+            records.train.append(
+                {
+                    "kind": "train",
+                    "status": "failed",
+                    "error": "no summary.json or bench.json: the job died before writing one",
+                    "job_dir": str(job_dir),
+                }
+            )
     if not records.bench and not records.train:
         raise FileNotFoundError(
             f"no job records under {root}: expected <job dir>/bench.json (kiln-bench) or "

@@ -90,6 +90,7 @@ def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "graph_breaks": tel.get("graph_breaks"),
                 "speedup_vs_eager": None,
                 "scaling_efficiency": None,
+                "error": rec.get("error"),
             }
         )
         rows.append(row)

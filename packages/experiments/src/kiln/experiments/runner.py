@@ -10,6 +10,7 @@ worker: it trains in-process, and only global rank 0 tracks and writes.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import signal
@@ -46,6 +47,33 @@ def build_module(resolved: dict[str, Any]) -> Any:
     return create_model(**resolved["model"], data=data, optimizer=optimizer, scheduler=scheduler)
 
 
+def seed_before_build(seed: int) -> None:
+    """Seed python, numpy and torch (every device) before the data and model are built.
+
+    ``kiln.core.fit`` seeds again after building, but by then the weights are drawn: without
+    this, every process starts from its own random weights, and in a sweep run in one
+    process a job's weights depend on what the jobs before it drew.
+    """
+    from lightning.fabric.utilities.seed import seed_everything
+
+    seed_everything(seed, verbose=False)
+
+
+# TODO(lead): use kiln.core.weights_hash once the core branch is merged.
+def _weights_hash(module: Any) -> str:
+    """sha256 over the state dict (key, dtype, shape and bytes of every tensor, in key order)."""
+    import torch
+
+    digest = hashlib.sha256()
+    for key, value in module.state_dict().items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        tensor = value.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{key}|{tensor.dtype}|{tuple(value.shape)}|".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
     """Train as one process of the job; a top-level function so ``kiln.core.launch`` can pickle it.
 
@@ -60,7 +88,12 @@ def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]
 
     trainer = TrainerConfig(**resolved["trainer"])
     compile_cfg = CompileConfig(**resolved["compile"])
+    seed_before_build(trainer.seed)  # same seed, same starting weights, on every rank and job
     module = build_module(resolved)
+    init_hash = _weights_hash(module)
+    if global_rank() == 0:
+        for logger in loggers:  # the W&B run's config (a worker process attaches to it)
+            logger.log_hyperparams({"seed": trainer.seed, "init_weights_sha256": init_hash})
     result = fit(
         module,
         trainer,
@@ -68,7 +101,7 @@ def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]
         loggers=loggers if global_rank() == 0 else [],
         run_config=resolved,
     )
-    return dataclasses.asdict(result)
+    return {**dataclasses.asdict(result), "init_weights_sha256": init_hash}
 
 
 def _train(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
@@ -98,6 +131,7 @@ def run_tags(resolved: dict[str, Any]) -> list[str]:
     trainer = resolved["trainer"]
     return [
         f"model:{model.get('name', '?')}",
+        *(["model:tiny"] if model.get("tiny") else []),  # debug=fast: the test-sized variant
         f"precision:{trainer['precision']}",
         f"compile:{resolved['compile']['mode']}",
         f"devices:{trainer['devices'] * trainer['num_nodes']}",
@@ -105,33 +139,75 @@ def run_tags(resolved: dict[str, Any]) -> list[str]:
     ]
 
 
+def _select(cfg: Any, key: str) -> Any:
+    """``cfg.<key>`` resolved, or ``None`` when it is missing or does not resolve."""
+    from omegaconf import OmegaConf
+
+    try:
+        value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+    except Exception:  # noqa: BLE001 - a summary field is best effort, the error says why
+        return None
+    return OmegaConf.to_container(value, resolve=False) if OmegaConf.is_config(value) else value
+
+
+def one_line_reason(exc: BaseException) -> str:
+    """``"<Type>: <message>"`` on one line; a worker failure names the worker's own exception
+    (the last line of its traceback) and its rank instead of carrying the whole traceback."""
+    from kiln.core.launch import WorkerFailedError
+
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if isinstance(exc, WorkerFailedError) and len(lines) > 1:
+        return f"{lines[-1]} (in {lines[0].rstrip(':')})"
+    return f"{type(exc).__name__}: {' '.join(lines)}"
+
+
+def _progress(exc: BaseException) -> dict[str, Any]:
+    """What a failed ``fit`` had completed: ``global_step``, ``history``, ``train_loss``.
+
+    TODO(lead): kiln.core's fit is to attach its progress to the exception it raises as
+    ``exc.kiln_progress`` (a mapping or an object with ``global_step``, ``history`` and
+    ``train_loss``); reconcile the attribute name with the core branch at merge.
+    """
+    progress = getattr(exc, "kiln_progress", None)
+    if progress is None:
+        return {}
+    get = progress.get if isinstance(progress, dict) else lambda k: getattr(progress, k, None)
+    found = {k: get(k) for k in ("global_step", "history", "train_loss")}
+    return {k: v for k, v in found.items() if v is not None}
+
+
 def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
     """Run one training job and return its summary (also written to ``summary.json``).
 
-    Any exception (bad config value, NaN loss, bad shape, out of memory) is caught: the W&B
-    run is finished as failed with the reason, and the summary says ``status: failed``.
+    Any exception (a config that does not resolve or validate, NaN loss, bad shape, out of
+    memory) is caught: the summary says ``status: failed`` with a one-line ``error``, the
+    traceback goes to ``<job dir>/error.log``, and an open W&B run is finished as failed.
+    Config errors fail before the W&B run is opened.
     """
     from omegaconf import OmegaConf
 
     from kiln.experiments.schema import validate
 
-    resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    trainer = resolved["trainer"]
     summary: dict[str, Any] = {
         "kind": "train",
         "status": "failed",
         "error": None,
+        "error_stage": None,
         "overrides": job.overrides,
         "job_name": job.job_name,
         "job_num": job.job_num,
         "run_name": job.run_name,
         "output_dir": job.output_dir,
         "sweep_dir": job.sweep_dir,
-        "model": (resolved.get("model") or {}).get("name"),
-        "precision": trainer["precision"],
-        "compile_mode": resolved["compile"]["mode"],
-        "devices": trainer["devices"] * trainer["num_nodes"],
-        "accumulate_grad_batches": trainer["accumulate_grad_batches"],
+        "model": _select(cfg, "model.name"),
+        "model_tiny": bool(_select(cfg, "model.tiny")),
+        "precision": _select(cfg, "trainer.precision"),
+        "compile_mode": _select(cfg, "compile.mode"),
+        "devices": (_select(cfg, "trainer.devices") or 1)
+        * (_select(cfg, "trainer.num_nodes") or 1),
+        "accumulate_grad_batches": _select(cfg, "trainer.accumulate_grad_batches"),
+        "seed": _select(cfg, "trainer.seed"),
+        "init_weights_sha256": None,
         "metrics": {},
         "train_loss": None,
         "global_step": 0,
@@ -140,19 +216,29 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
         "checkpoint": None,
         "machine": machine_info(),
         "wandb": None,
-        "config": resolved,
+        "config": None,
     }
     is_writer = global_rank() == 0
     tracker: Tracker | None = None
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminated)  # SLURM time limits, timeout(1), kill
+    stage = "config"
     try:
+        # Config errors (unresolvable interpolation, out-of-range value, unknown model)
+        # fail here: before a W&B run is opened and before worker processes start.
+        resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+        summary["config"] = resolved
+        validate(cfg)  # every __post_init__ range check, before any work
+        if resolved.get("model"):
+            from kiln.models import get_model_entry
+
+            get_model_entry(resolved["model"]["name"])
+        stage = "train"
         if is_writer:
             tracker = Tracker(
                 LoggerConfig(**resolved["logger"]), job, config=resolved, tags=run_tags(resolved)
             ).start()
             summary["wandb"] = tracker.info
-        validate(cfg)  # every __post_init__ range check, before any work
         result = _train(resolved, tracker.loggers if tracker else [])
         summary.update(
             status="ok",
@@ -162,10 +248,16 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             telemetry=result["telemetry"],
             history=result["history"],
             checkpoint=result["checkpoint"],
+            init_weights_sha256=result["init_weights_sha256"],
         )
     except BaseException as exc:  # noqa: BLE001 - a failed job must not stop the sweep
-        summary["error"] = f"{type(exc).__name__}: {exc}"
-        log.error("job %s failed:\n%s", job.run_name, traceback.format_exc())
+        summary.update(error=one_line_reason(exc), error_stage=stage, **_progress(exc))
+        if is_writer:
+            trace = Path(job.output_dir) / "error.log"
+            trace.parent.mkdir(parents=True, exist_ok=True)
+            trace.write_text(traceback.format_exc())
+            summary["traceback_file"] = str(trace)
+        log.debug("job %s failed:\n%s", job.run_name, traceback.format_exc())
         if not isinstance(exc, Exception):
             raise  # Ctrl-C, SIGTERM: recorded and finished below, then the process stops
     finally:
@@ -176,6 +268,8 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
                     "telemetry": summary["telemetry"],
                     "global_step": summary["global_step"],
                     "train_loss": summary["train_loss"],
+                    "seed": summary["seed"],
+                    "init_weights_sha256": summary["init_weights_sha256"],
                 }
             )
             tracker.finish(summary["status"], summary["error"])

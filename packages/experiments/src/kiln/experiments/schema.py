@@ -27,8 +27,8 @@ class PathsConfig:
 
     log_dir: str = "outputs"
     """Root of all run and sweep directories (``KILN_LOG_DIR``)."""
-    output_dir: str = "${hydra:runtime.output_dir}"
-    """The running job's own directory."""
+    output_dir: str | None = "${hydra:runtime.output_dir}"
+    """The running job's own directory (``None`` outside a job, e.g. ``--cfg job --resolve``)."""
 
 
 @dataclass
@@ -47,8 +47,6 @@ class TrainConfig:
     paths: PathsConfig = field(default_factory=PathsConfig)
     name: str = "default"
     """The experiment's name (set by ``experiment=`` files)."""
-    debug_model: str = "bert-tiny-cls"
-    """The tiny stand-in for ``model`` that ``debug=fast`` trains (experiments set their own)."""
     tags: list[str] = field(default_factory=list)
     """Extra W&B tags for the run."""
     print_config: bool = False

@@ -46,20 +46,20 @@ def config_dir() -> str:
 
 
 class JobFailed(RuntimeError):
-    """A single (non-sweep) run failed; raised so the command exits non-zero."""
+    """A single (non-sweep) job failed (kiln-bench raises it so the command exits non-zero)."""
 
 
 def task(cfg: DictConfig) -> float | None:
     """The Hydra task: one job. Returns the first validation metric (for sweepers) or ``None``."""
     job = JobInfo.from_hydra()
     if cfg.get("print_config") and global_rank() == 0:
-        print(OmegaConf.to_yaml(cfg, resolve=True))
+        print(OmegaConf.to_yaml(cfg, resolve=False))  # resolving here would escape run_job
     summary = run_job(cfg, job)
     if global_rank() == 0:
-        print_table(job_table(summary))
+        print_table(job_table(summary))  # the error, once; the traceback is in error.log
     if summary["status"] != "ok":
         if job.sweep_dir is None:
-            raise JobFailed(summary["error"])
+            raise SystemExit(1)  # exit non-zero without Hydra printing a second traceback
         return None  # the sweep goes on; SweepStatus makes it exit non-zero at the end
     metrics = summary["metrics"]
     return next(iter(metrics.values()), None)

@@ -95,7 +95,7 @@ def read_summary(path: str | Path) -> dict[str, Any]:
 
 
 def read_run(path: str | Path) -> dict[str, Any]:
-    """Name, group, job type, tags, config and exit code of the run."""
+    """Name, group, job type, tags, config (with later updates) and exit code of the run."""
     info: dict[str, Any] = {}
     for record in read_records(path):
         kind = record.WhichOneof("record_type")
@@ -109,7 +109,13 @@ def read_run(path: str | Path) -> dict[str, Any]:
                 tags=list(run.tags),
                 project=run.project,
             )
-            info["config"] = {u.key: json.loads(u.value_json) for u in run.config.update}
+            info.setdefault("config", {}).update(
+                {u.key: json.loads(u.value_json) for u in run.config.update}
+            )
+        elif kind == "config":  # config.update() after the run started
+            info.setdefault("config", {}).update(
+                {u.key: json.loads(u.value_json) for u in record.config.update}
+            )
         elif kind == "exit":
             info["exit_code"] = record.exit.exit_code
     return info

@@ -8,6 +8,8 @@ special tokens from their tokenizer, which defaults to the packaged MiniLM's (of
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,25 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
                   num_key_value_heads=1, intermediate_size=64, max_position_embeddings=128),
 }  # fmt: skip
 """Test-sized configs per HF ``model_type`` (a few thousand parameters plus the embedding)."""
+
+
+def config_fields(config: Any) -> set[str]:
+    """The fields an HF config knows: its own, their aliases, and ``PretrainedConfig``'s."""
+    import transformers
+
+    fields = set(config.to_dict()) | set(getattr(config, "attribute_map", {})) | {"num_labels"}
+    for cls in (type(config), transformers.PretrainedConfig):
+        fields |= {
+            p.name
+            for p in inspect.signature(cls.__init__).parameters.values()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
+        }
+    return fields
+
+
+def _did_you_mean(key: str, options: Any) -> str:
+    close = difflib.get_close_matches(key, list(options), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def minilm_path() -> str:
@@ -87,18 +108,53 @@ class HFModule(KilnModule):
         auto = getattr(transformers, self.auto_class_name)
         overrides = dict(config_overrides or {})
         kwargs = {**head_kwargs, "attn_implementation": attn_implementation}
+        if pretrained is None and arch not in transformers.CONFIG_MAPPING:
+            raise ValueError(
+                f"arch={arch!r} is not an HF model_type; e.g. {', '.join(TINY_CONFIGS)}"
+            )
+        # HF stores any unknown config kwarg silently (a typo trains the default): refuse.
+        base = (
+            transformers.AutoConfig.from_pretrained(str(pretrained))
+            if pretrained is not None
+            else transformers.CONFIG_MAPPING[arch]()
+        )
+        self._check_arguments(base, head_kwargs, overrides)
         if pretrained is not None:
             self.model = auto.from_pretrained(str(pretrained), **kwargs, **overrides)
         else:
-            if arch not in transformers.CONFIG_MAPPING:
-                raise ValueError(
-                    f"arch={arch!r} is not an HF model_type; e.g. {', '.join(TINY_CONFIGS)}"
-                )
             config = transformers.AutoConfig.for_model(
                 arch, **{**self._token_defaults(), **head_kwargs, **overrides}
             )
             self.model = auto.from_config(config, attn_implementation=attn_implementation)
         self.model.float()  # train in fp32 masters; Fabric's precision plugin casts
+
+    def _check_arguments(
+        self, base: Any, head_kwargs: dict[str, Any], overrides: dict[str, Any]
+    ) -> None:
+        """Fail on an argument that is neither the wrapper's nor a field of the HF config."""
+        fields = config_fields(base)
+        where = f"the HF {base.model_type} config"
+        for key in overrides:
+            if key not in fields:
+                raise ValueError(
+                    f"config_overrides.{key} is not a field of {where}{_did_you_mean(key, fields)}"
+                    f"; its fields: {', '.join(sorted(fields))}"
+                )
+        arguments = [
+            p.name
+            for cls in type(self).__mro__
+            if "__init__" in vars(cls) and issubclass(cls, KilnModule)
+            for p in inspect.signature(cls.__init__).parameters.values()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
+        ]
+        for key in head_kwargs:
+            if key not in fields:
+                raise ValueError(
+                    f"{type(self).__name__} has no argument {key!r}"
+                    f"{_did_you_mean(key, [*arguments, *fields])}; valid arguments: "
+                    f"{', '.join(dict.fromkeys(arguments))}, or a field of {where} "
+                    "(set those in config_overrides)"
+                )
 
     def _token_defaults(self) -> dict[str, Any]:
         tok = self.tokenizer
@@ -271,14 +327,27 @@ class HFCausalLM(HFModule):
 # -- registered models ------------------------------------------------------------------
 
 
-@register_model("minilm-cls", task="text-classification")
-def minilm_cls(**kwargs: Any) -> HFSequenceClassifier:
-    """The packaged pretrained all-MiniLM-L6-v2 with a new classification head."""
-    return HFSequenceClassifier(pretrained=minilm_path(), **kwargs)
+# Tiny variants are config-built (random init): a pretrained checkpoint has its own size.
+_TINY_BERT = {"pretrained": None, "config_overrides": tiny_config("bert")}
+_TINY_GPT2 = {"pretrained": None, "config_overrides": tiny_config("gpt2")}
 
 
-_TINY_BERT = {"config_overrides": tiny_config("bert")}
-_TINY_GPT2 = {"config_overrides": tiny_config("gpt2")}
+def _tiny_for_arch(default: str) -> Any:
+    def tiny(kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {"pretrained": None, "config_overrides": tiny_config(kwargs.get("arch", default))}
+
+    return tiny
+
+
+@register_model("minilm-cls", task="text-classification", tiny=_TINY_BERT)
+def minilm_cls(pretrained: str | None = "minilm", **kwargs: Any) -> HFSequenceClassifier:
+    """The packaged pretrained all-MiniLM-L6-v2 with a new classification head.
+
+    Its tiny variant is a config-built 2-layer BERT with MiniLM's tokenizer.
+    """
+    if pretrained == "minilm":
+        pretrained = minilm_path()
+    return HFSequenceClassifier(pretrained=pretrained, arch="bert", **kwargs)
 
 
 @register_model("bert-cls", task="text-classification", tiny=_TINY_BERT)
@@ -287,14 +356,14 @@ def bert_cls(pretrained: str | None = None, **kwargs: Any) -> HFSequenceClassifi
     return HFSequenceClassifier(pretrained=pretrained, arch="bert", **kwargs)
 
 
-@register_model("bert-tiny-cls", task="text-classification")
+@register_model("bert-tiny-cls", task="text-classification", tiny={})
 def bert_tiny_cls(**kwargs: Any) -> HFSequenceClassifier:
     """A 2-layer, 32-wide BERT classifier from a config, for tests."""
     kwargs["config_overrides"] = {**tiny_config("bert"), **kwargs.get("config_overrides", {})}
     return HFSequenceClassifier(arch="bert", **kwargs)
 
 
-@register_model("hf-cls", task="text-classification", tiny=_TINY_BERT)
+@register_model("hf-cls", task="text-classification", tiny=_tiny_for_arch("bert"))
 def hf_cls(arch: str = "bert", **kwargs: Any) -> HFSequenceClassifier:
     """Sequence classification for any HF ``arch`` (``bert``, ``roberta``, ``distilbert``...)."""
     return HFSequenceClassifier(arch=arch, **kwargs)
@@ -306,21 +375,21 @@ def gpt2_lm(pretrained: str | None = None, **kwargs: Any) -> HFCausalLM:
     return HFCausalLM(pretrained=pretrained, arch="gpt2", **kwargs)
 
 
-@register_model("gpt2-tiny-lm", task="causal-lm")
+@register_model("gpt2-tiny-lm", task="causal-lm", tiny={})
 def gpt2_tiny_lm(**kwargs: Any) -> HFCausalLM:
     """A 2-layer, 32-wide GPT-2 from a config, for tests."""
     kwargs["config_overrides"] = {**tiny_config("gpt2"), **kwargs.get("config_overrides", {})}
     return HFCausalLM(arch="gpt2", **kwargs)
 
 
-@register_model("llama-tiny-lm", task="causal-lm")
+@register_model("llama-tiny-lm", task="causal-lm", tiny={})
 def llama_tiny_lm(**kwargs: Any) -> HFCausalLM:
     """A 2-layer, 32-wide Llama (grouped-query attention, RMSNorm, RoPE), for tests."""
     kwargs["config_overrides"] = {**tiny_config("llama"), **kwargs.get("config_overrides", {})}
     return HFCausalLM(arch="llama", **kwargs)
 
 
-@register_model("hf-lm", task="causal-lm", tiny=_TINY_GPT2)
+@register_model("hf-lm", task="causal-lm", tiny=_tiny_for_arch("gpt2"))
 def hf_lm(arch: str = "gpt2", **kwargs: Any) -> HFCausalLM:
     """A causal LM for any HF ``arch`` (``gpt2``, ``llama``, ``mistral``...)."""
     return HFCausalLM(arch=arch, **kwargs)

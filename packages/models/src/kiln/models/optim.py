@@ -10,6 +10,9 @@ from torch import nn
 
 OPTIMIZERS = ("adamw",)
 SCHEDULERS = ("cosine", "linear", "constant")
+MAX_LR = 1e30
+"""Largest accepted learning rate or weight decay: far above any useful rate, and below
+fp32's overflow (1e39 is inf in fp32: the run would fail later without naming the key)."""
 
 
 @dataclass
@@ -30,10 +33,19 @@ class OptimizerConfig:
     def __post_init__(self) -> None:
         if self.name not in OPTIMIZERS:
             raise ValueError(f"optimizer.name={self.name!r} is not valid; choose: {OPTIMIZERS}")
-        if self.lr <= 0:
-            raise ValueError(f"optimizer.lr={self.lr!r} must be > 0")
-        if self.weight_decay < 0:
-            raise ValueError(f"optimizer.weight_decay={self.weight_decay!r} must be >= 0")
+        # `not (0 < x <= bound)` also catches NaN, which every comparison rejects.
+        if not (0 < self.lr <= MAX_LR):
+            raise ValueError(
+                f"optimizer.lr={self.lr!r} is not valid; it must be a finite number in "
+                f"(0, {MAX_LR:g}]"
+            )
+        if not (0 <= self.weight_decay <= MAX_LR):
+            raise ValueError(
+                f"optimizer.weight_decay={self.weight_decay!r} is not valid; it must be a "
+                f"finite number in [0, {MAX_LR:g}]"
+            )
+        if not (0 < self.eps < 1):
+            raise ValueError(f"optimizer.eps={self.eps!r} is not valid; it must be in (0, 1)")
         self.betas = tuple(float(b) for b in self.betas)  # Hydra hands over a list
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ValueError(f"optimizer.betas={self.betas!r} must be two floats in [0, 1)")

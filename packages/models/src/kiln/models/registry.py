@@ -6,12 +6,20 @@ through ``list_models()`` and build it with its ``tiny`` overrides.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
+import inspect
+import re
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
+TinyOverrides = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
+"""A model's test-sized overrides: a dict, or a function of the model's kwargs returning one
+(for models whose tiny variant depends on them, e.g. the HF ``arch``); it raises
+``ValueError`` when the model has no tiny variant for those kwargs."""
 
 
 @dataclass(frozen=True)
@@ -25,15 +33,22 @@ class ModelEntry:
     task: str
     """``text-classification``, ``causal-lm`` or ``image-classification``."""
     tiny: dict[str, Any] = field(default_factory=dict)
-    """Overrides that make a test-sized variant (empty when the model is already tiny)."""
+    """Overrides that make a test-sized variant of the default model (empty when the model
+    is already tiny)."""
     description: str = ""
+    tiny_for: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    """The tiny overrides for given model kwargs, when they depend on them."""
+
+    def tiny_overrides(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The overrides that shrink this model as configured by ``kwargs``."""
+        return self.tiny_for(kwargs) if self.tiny_for is not None else dict(self.tiny)
 
 
 _REGISTRY: dict[str, ModelEntry] = {}
 
 
 def register_model(
-    name: str | None = None, *, task: str, tiny: dict[str, Any] | None = None
+    name: str | None = None, *, task: str, tiny: TinyOverrides | None = None
 ) -> Callable[[F], F]:
     """Register a factory function or a module class under ``name``.
 
@@ -41,7 +56,8 @@ def register_model(
         name: The registry name; defaults to the factory's ``__name__``.
         task: What the model does (selects the data modules that fit it).
         tiny: ``create_model`` overrides for a test-sized variant (tests build every
-            registered model with them).
+            registered model with them; ``create_model(name, tiny=True)`` applies them), or
+            a function of the model's kwargs returning them (see ``TinyOverrides``).
 
     Returns:
         A decorator that registers and returns the factory unchanged.
@@ -52,7 +68,11 @@ def register_model(
         if key in _REGISTRY:
             raise ValueError(f"model {key!r} is already registered (by {_REGISTRY[key].factory})")
         doc = (factory.__doc__ or "").strip().splitlines()
-        _REGISTRY[key] = ModelEntry(key, factory, task, dict(tiny or {}), doc[0] if doc else "")
+        tiny_for = tiny if callable(tiny) else None
+        default_tiny = tiny({}) if tiny_for is not None else dict(tiny or {})
+        _REGISTRY[key] = ModelEntry(
+            key, factory, task, default_tiny, doc[0] if doc else "", tiny_for
+        )
         return factory
 
     return decorator
@@ -69,18 +89,80 @@ def get_model_entry(name: str) -> ModelEntry:
     return _REGISTRY[name]
 
 
-def create_model(name: str, **overrides: Any) -> Any:
+def _merge_tiny(kwargs: dict[str, Any], tiny: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with ``tiny`` on top; dict values (``config_overrides``...) merged one level."""
+    merged = dict(kwargs)
+    for key, value in tiny.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def valid_arguments(name: str) -> list[str]:
+    """The keyword arguments ``create_model(name, ...)`` takes (factory and module class)."""
+    entry = get_model_entry(name)
+    names = ["tiny"]
+    functions: list[Any] = [entry.factory]
+    try:
+        cls = typing.get_type_hints(entry.factory).get("return")
+    except Exception:  # noqa: BLE001 - an unresolvable annotation only shortens the list
+        cls = None
+    if isinstance(cls, type):
+        functions += [c.__init__ for c in cls.__mro__ if "__init__" in vars(c)]
+    for function in functions:
+        for param in inspect.signature(function).parameters.values():
+            if param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD):
+                if param.name != "self" and param.name not in names:
+                    names.append(param.name)
+        if function.__qualname__.startswith("LightningModule"):
+            break
+    return names
+
+
+def create_model(name: str, *, tiny: bool = False, **overrides: Any) -> Any:
     """Build the registered model ``name``.
 
     Args:
         name: A name from ``list_models()``.
+        tiny: Build the model's test-sized variant: its registered ``tiny`` overrides are
+            applied on top of ``overrides`` (``debug=fast`` sets ``model.tiny=true``).
         **overrides: Passed to the factory (``data``, ``optimizer``, ``scheduler`` and
             the model's own kwargs, e.g. ``num_labels`` or ``config_overrides``).
 
     Returns:
         The LightningModule (a ``kiln.models.KilnModule``).
+
+    Raises:
+        ValueError: Unknown model name, an argument the model does not take (naming the
+            valid ones), or ``tiny=True`` for a model without a tiny variant.
     """
-    return get_model_entry(name).factory(**overrides)
+    entry = get_model_entry(name)
+    if tiny:
+        model_kwargs = {k: v for k, v in overrides.items() if k not in _SHARED_ARGUMENTS}
+        try:
+            overrides = _merge_tiny(overrides, entry.tiny_overrides(model_kwargs))
+        except ValueError as err:
+            raise ValueError(f"model {name!r} has no tiny variant (tiny=True): {err}") from err
+    try:
+        return entry.factory(**overrides)
+    except TypeError as err:
+        # Python's "got an unexpected keyword argument 'x'" for one of *our* arguments:
+        # say which model and what it takes (a TypeError from deeper down passes as is).
+        match = re.search(r"unexpected keyword argument '(\w+)'", str(err))
+        if match is None or match.group(1) not in overrides:
+            raise
+        raise ValueError(_unknown_argument(name, match.group(1), valid_arguments(name))) from err
+
+
+_SHARED_ARGUMENTS = ("data", "optimizer", "scheduler")
+
+
+def _unknown_argument(model: str, key: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(key, valid, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"model {model!r} has no argument {key!r}{hint}; valid arguments: {', '.join(valid)}"
 
 
 def list_models(pattern: str | None = None, task: str | None = None) -> list[str]:

@@ -140,6 +140,21 @@ def _create(arch: str, img_size: int | None, kwargs: dict[str, Any]) -> torch.nn
 _TINY_TIMM = {"arch": "resnet18", "img_size": 16, "model_kwargs": TINY_RESNET}
 
 
+def _tiny_timm(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Shrink a ResNet or a ViT in place (same arch); other timm archs have no tiny variant."""
+    arch = kwargs.get("arch")
+    if arch is None:
+        return dict(_TINY_TIMM)
+    if arch.startswith("resnet"):
+        return {"img_size": 16, "model_kwargs": TINY_RESNET}
+    if arch.startswith("vit_"):
+        return {"img_size": 32, "model_kwargs": TINY_VIT}
+    raise ValueError(
+        f"no tiny overrides for timm arch {arch!r} (known: resnet*, vit_*); pick a smaller "
+        "arch yourself or run without tiny (debug=fast)"
+    )
+
+
 @register_model("resnet-digits", task="image-classification", tiny={"model_kwargs": TINY_RESNET})
 def resnet_digits(**kwargs: Any) -> TimmClassifier:
     """A half-width ResNet-10 (timm ``resnet18``, one block per stage) at 32x32, for ``digits``."""
@@ -148,7 +163,7 @@ def resnet_digits(**kwargs: Any) -> TimmClassifier:
     return TimmClassifier(arch="resnet18", **kwargs)
 
 
-@register_model("resnet-tiny", task="image-classification")
+@register_model("resnet-tiny", task="image-classification", tiny={})
 def resnet_tiny(**kwargs: Any) -> TimmClassifier:
     """A one-block-per-stage, 8-to-64-channel ResNet at 16x16, for tests."""
     kwargs.setdefault("img_size", 16)
@@ -164,7 +179,7 @@ def vit_digits(**kwargs: Any) -> TimmClassifier:
     return TimmClassifier(arch="vit_tiny_patch16_224", **kwargs)
 
 
-@register_model("vit-tiny", task="image-classification")
+@register_model("vit-tiny", task="image-classification", tiny={})
 def vit_tiny(**kwargs: Any) -> TimmClassifier:
     """A 2-block, 32-wide ViT with 8x8 patches at 32x32, for tests."""
     kwargs.setdefault("img_size", 32)
@@ -172,7 +187,7 @@ def vit_tiny(**kwargs: Any) -> TimmClassifier:
     return TimmClassifier(arch="vit_tiny_patch16_224", **kwargs)
 
 
-@register_model("timm", task="image-classification", tiny=_TINY_TIMM)
+@register_model("timm", task="image-classification", tiny=_tiny_timm)
 def timm_model(arch: str, **kwargs: Any) -> TimmClassifier:
     """Any timm architecture: ``arch=``, ``img_size``, ``num_classes``, ``pretrained``."""
     return TimmClassifier(arch=arch, **kwargs)

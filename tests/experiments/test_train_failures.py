@@ -1,0 +1,101 @@
+"""Failures say what happened, once: every job leaves a summary.json with a one-line reason,
+shows in the sweep table and in kiln-report, and config errors fail before W&B opens a run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from train_helpers import FAST, compose_train, explain, job_dirs, run_train, summary
+
+from kiln.core.launch import WorkerFailedError
+from kiln.experiments.report import build_report
+from kiln.experiments.runner import _progress, one_line_reason
+from kiln.experiments.schema import validate
+
+
+def test_unresolvable_config_in_a_sweep_leaves_a_summary_a_table_row_and_a_report_row(tmp_path):
+    proc = run_train(
+        ["-m", *FAST, "trainer.max_steps=1", "data.seed=${oc.env:KILN_NOPE},0"], tmp_path
+    )
+    assert proc.returncode == 1, explain(proc)
+    bad_dir, ok_dir = job_dirs(tmp_path)
+    bad = summary(bad_dir)
+    assert bad["status"] == "failed" and bad["error_stage"] == "config"
+    assert "KILN_NOPE" in bad["error"] and "\n" not in bad["error"]
+    assert bad["model"] == "minilm-cls" and bad["seed"] == 0  # what did resolve is recorded
+    assert not (bad_dir / "wandb").exists()  # no W&B run for a config that cannot run
+    assert "Traceback" in (bad_dir / "error.log").read_text()
+    assert summary(ok_dir)["status"] == "ok"
+    assert "1 of 2 jobs failed: 0" in proc.stderr
+    assert "KILN_NOPE" in proc.stdout  # the end-of-sweep table shows the reason
+
+    report = build_report(bad_dir.parent, tmp_path / "report", show=False)
+    columns, rows = report["tables"]["train_runs"]
+    assert "error" in columns and len(rows) == 2
+    assert any(r["status"] == "failed" and "KILN_NOPE" in r["error"] for r in rows)
+
+
+@pytest.mark.parametrize("lr", ["nan", "1e39", "-1"])
+def test_bad_learning_rate_fails_validation_naming_the_key(lr):
+    cfg = compose_train([f"optimizer.lr={lr}"])
+    cfg.paths.output_dir = "/tmp/kiln-compose-test"
+    with pytest.raises(ValueError, match=r"optimizer.lr=.* is not valid; it must be a finite"):
+        validate(cfg)
+
+
+def test_a_config_error_is_printed_once_and_opens_no_wandb_run(tmp_path):
+    proc = run_train([*FAST, "optimizer.lr=nan"], tmp_path, timeout=300)
+    assert proc.returncode == 1, explain(proc)
+    output = proc.stdout + proc.stderr
+    assert output.count("optimizer.lr=nan is not valid") == 1, explain(proc)
+    assert "Traceback" not in output, explain(proc)
+    (job_dir,) = job_dirs(tmp_path)
+    assert summary(job_dir)["error_stage"] == "config"
+    assert not (job_dir / "wandb").exists()
+
+
+def test_a_bad_model_name_fails_before_worker_processes_start(tmp_path):
+    proc = run_train([*FAST, "model.name=bert-tiny", "trainer.devices=2"], tmp_path, timeout=300)
+    assert proc.returncode == 1, explain(proc)
+    (job_dir,) = job_dirs(tmp_path)
+    record = summary(job_dir)
+    assert record["error_stage"] == "config" and "unknown model 'bert-tiny'" in record["error"]
+    assert "worker rank" not in record["error"]
+
+
+def test_documented_data_options_need_no_plus():
+    cfg = compose_train(["data.dataset=kiln/sentiment", "data.label_column=label"])
+    assert cfg.data.dataset == "kiln/sentiment" and cfg.data.label_column == "label"
+    cfg = compose_train(["data=digits", "data.label_column=target", "data.augment=true"])
+    assert cfg.data.label_column == "target" and cfg.data.augment is True
+
+
+def test_cfg_job_resolve_prints_the_config(tmp_path):
+    cmd = [sys.executable, "-m", "kiln.experiments.train", "--cfg", "job", "--resolve"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    assert "output_dir: null" in proc.stdout and "minilm-cls" in proc.stdout
+
+
+def test_a_worker_failure_is_one_line_naming_the_exception_and_the_rank():
+    trace = "\n".join(
+        ["Traceback (most recent call last):"]
+        + [f'  File "x.py", line {i}, in f\n    g()' for i in range(30)]
+        + ["ValueError: shapes (8, 3) and (4, 3) do not match"]
+    )
+    exc = WorkerFailedError(f"worker rank 1 of the launched job failed:\n{trace}")
+    reason = one_line_reason(exc)
+    assert reason == (
+        "ValueError: shapes (8, 3) and (4, 3) do not match "
+        "(in worker rank 1 of the launched job failed)"
+    )
+    assert one_line_reason(KeyError("x")) == "KeyError: 'x'"
+
+
+def test_a_failed_fit_keeps_its_progress():
+    exc = RuntimeError("loss is nan at step 3")
+    exc.kiln_progress = {"global_step": 2, "history": [{"step": 1}, {"step": 2}]}
+    assert _progress(exc) == {"global_step": 2, "history": [{"step": 1}, {"step": 2}]}
+    assert _progress(RuntimeError("no progress")) == {}

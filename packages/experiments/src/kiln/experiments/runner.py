@@ -93,7 +93,10 @@ def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]
     init_hash = _weights_hash(module)
     if global_rank() == 0:
         for logger in loggers:  # the W&B run's config (a worker process attaches to it)
-            logger.log_hyperparams({"seed": trainer.seed, "init_weights_sha256": init_hash})
+            try:
+                logger.log_hyperparams({"seed": trainer.seed, "init_weights_sha256": init_hash})
+            except NotImplementedError:
+                pass  # Fabric's CSVLogger keeps no hyperparameters; summary.json has them
     result = fit(
         module,
         trainer,

@@ -9,6 +9,7 @@ import sys
 import pytest
 from train_helpers import FAST, compose_train, explain, job_dirs, run_train, summary
 
+from kiln.core import FitResult
 from kiln.core.launch import WorkerFailedError
 from kiln.experiments.report import build_report
 from kiln.experiments.runner import _progress, one_line_reason
@@ -96,6 +97,6 @@ def test_a_worker_failure_is_one_line_naming_the_exception_and_the_rank():
 
 def test_a_failed_fit_keeps_its_progress():
     exc = RuntimeError("loss is nan at step 3")
-    exc.kiln_progress = {"global_step": 2, "history": [{"step": 1}, {"step": 2}]}
+    exc.kiln_result = FitResult(global_step=2, epoch=0, history=[{"step": 1}, {"step": 2}])
     assert _progress(exc) == {"global_step": 2, "history": [{"step": 1}, {"step": 2}]}
     assert _progress(RuntimeError("no progress")) == {}

@@ -73,6 +73,9 @@ def test_sweep_goes_on_after_a_failed_job_and_exits_nonzero(tmp_path):
     failed_dir, ok_dir = job_dirs(tmp_path)
     failed, ok = summary(failed_dir), summary(ok_dir)
     assert failed["status"] == "failed" and "NonFiniteLossError" in failed["error"]
+    # the failed job still records the steps it completed (fit attaches them to its error)
+    steps = [row["step"] for row in failed["history"]]
+    assert failed["global_step"] >= 1 and steps == list(range(1, len(steps) + 1)) and steps
     assert ok["status"] == "ok" and ok["global_step"] == 4
     assert failed["sweep_dir"] == ok["sweep_dir"] == str(failed_dir.parent)
     assert float(failed["overrides"][-1].split("=")[1]) == 1e30  # Hydra writes 1e+30

@@ -10,7 +10,6 @@ worker: it trains in-process, and only global rank 0 tracks and writes.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import os
 import signal
@@ -59,21 +58,6 @@ def seed_before_build(seed: int) -> None:
     seed_everything(seed, verbose=False)
 
 
-# TODO(lead): use kiln.core.weights_hash once the core branch is merged.
-def _weights_hash(module: Any) -> str:
-    """sha256 over the state dict (key, dtype, shape and bytes of every tensor, in key order)."""
-    import torch
-
-    digest = hashlib.sha256()
-    for key, value in module.state_dict().items():
-        if not isinstance(value, torch.Tensor):
-            continue
-        tensor = value.detach().cpu().contiguous().reshape(-1)
-        digest.update(f"{key}|{tensor.dtype}|{tuple(value.shape)}|".encode())
-        digest.update(tensor.view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
-
-
 def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
     """Train as one process of the job; a top-level function so ``kiln.core.launch`` can pickle it.
 
@@ -84,13 +68,13 @@ def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]
     Returns:
         ``kiln.core.FitResult`` as a dict.
     """
-    from kiln.core import CompileConfig, TrainerConfig, fit
+    from kiln.core import CompileConfig, TrainerConfig, fit, weights_hash
 
     trainer = TrainerConfig(**resolved["trainer"])
     compile_cfg = CompileConfig(**resolved["compile"])
     seed_before_build(trainer.seed)  # same seed, same starting weights, on every rank and job
     module = build_module(resolved)
-    init_hash = _weights_hash(module)
+    init_hash = weights_hash(module)
     if global_rank() == 0:
         for logger in loggers:  # the W&B run's config (a worker process attaches to it)
             try:
@@ -165,17 +149,12 @@ def one_line_reason(exc: BaseException) -> str:
 
 
 def _progress(exc: BaseException) -> dict[str, Any]:
-    """What a failed ``fit`` had completed: ``global_step``, ``history``, ``train_loss``.
-
-    TODO(lead): kiln.core's fit is to attach its progress to the exception it raises as
-    ``exc.kiln_progress`` (a mapping or an object with ``global_step``, ``history`` and
-    ``train_loss``); reconcile the attribute name with the core branch at merge.
-    """
-    progress = getattr(exc, "kiln_progress", None)
-    if progress is None:
+    """What a failed ``fit`` had completed (``global_step``, ``history``, ``train_loss``):
+    ``kiln.core.fit`` attaches it to the exception it raises as ``kiln_result``."""
+    result = getattr(exc, "kiln_result", None)
+    if result is None:
         return {}
-    get = progress.get if isinstance(progress, dict) else lambda k: getattr(progress, k, None)
-    found = {k: get(k) for k in ("global_step", "history", "train_loss")}
+    found = {k: getattr(result, k, None) for k in ("global_step", "history", "train_loss")}
     return {k: v for k, v in found.items() if v is not None}
 
 

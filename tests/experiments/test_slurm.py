@@ -87,6 +87,9 @@ def test_two_job_sweep_runs_each_job_as_two_slurm_tasks(tmp_path):
         logged = [r for r in wandb_files.read_history(runs[0]) if "train/loss" in r]
         assert [r["trainer/global_step"] for r in logged] == [r["step"] for r in record["history"]]
     assert not list(tmp_path.glob("wandb")), "a rank other than 0 opened a W&B run"
+    # jobs that differ only in precision start from the same weights, on separate SLURM jobs
+    assert records[0]["init_weights_sha256"] == records[1]["init_weights_sha256"] is not None
+    assert records[0]["seed"] == records[1]["seed"] == 0
 
 
 def test_one_slurm_task_for_two_devices_fails_naming_both_numbers(tmp_path):

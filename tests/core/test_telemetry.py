@@ -3,7 +3,7 @@ import warnings
 import pytest
 import torch
 
-from kiln.core.telemetry import CompileWatch, StepTimer, peak_memory_mb
+from kiln.core.telemetry import CompileWatch, StepTimer, device_peak_memory_mb
 
 
 def test_step_timer_summary_over_steps_after_warmup():
@@ -64,9 +64,9 @@ def test_step_timer_falls_back_when_shorter_than_warmup():
 
 
 def test_peak_memory_on_cpu_is_the_process_peak_rss():
-    before = peak_memory_mb(torch.device("cpu"))
+    before = device_peak_memory_mb(torch.device("cpu"))
     big = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
-    after = peak_memory_mb(torch.device("cpu"))
+    after = device_peak_memory_mb(torch.device("cpu"))
     del big
     assert before > 10  # the interpreter and torch alone
     assert after >= before + 32

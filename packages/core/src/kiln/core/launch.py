@@ -131,6 +131,18 @@ def _describe_failure(error: ChildFailedError) -> str:
     return f"worker rank {rank} of the launched job failed{also}:\n{message}"
 
 
+def _check_importable(fn: Callable[..., Any]) -> None:
+    """Workers import ``fn`` by reference: a lambda or a nested function cannot be."""
+    if (
+        getattr(fn, "__qualname__", "").count("<locals>")
+        or getattr(fn, "__name__", "") == "<lambda>"
+    ):
+        raise ValueError(
+            f"launch needs a top-level function that worker processes can import; "
+            f"{getattr(fn, '__qualname__', fn)!r} is a lambda or defined inside a function"
+        )
+
+
 def launch(fn: Callable[..., Any], nprocs: int, *args: Any) -> list[Any]:
     """Run ``fn(*args)`` in ``nprocs`` local processes and return their results in rank order.
 
@@ -162,14 +174,7 @@ def launch(fn: Callable[..., Any], nprocs: int, *args: Any) -> list[Any]:
         raise ValueError(f"nprocs={nprocs!r} is not valid; it must be an integer >= 1")
     if nprocs == 1 or launched_externally():
         return [fn(*args)]
-    if (
-        getattr(fn, "__qualname__", "").count("<locals>")
-        or getattr(fn, "__name__", "") == "<lambda>"
-    ):
-        raise ValueError(
-            f"launch needs a top-level function that worker processes can import; "
-            f"{getattr(fn, '__qualname__', fn)!r} is a lambda or defined inside a function"
-        )
+    _check_importable(fn)
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,

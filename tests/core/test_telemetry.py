@@ -1,9 +1,10 @@
+import math
 import warnings
 
 import pytest
 import torch
 
-from kiln.core.telemetry import CompileWatch, StepTimer, peak_memory_mb
+from kiln.core.telemetry import CompileWatch, StepTimer, device_peak_memory_mb
 
 
 def test_step_timer_summary_over_steps_after_warmup():
@@ -64,9 +65,9 @@ def test_step_timer_falls_back_when_shorter_than_warmup():
 
 
 def test_peak_memory_on_cpu_is_the_process_peak_rss():
-    before = peak_memory_mb(torch.device("cpu"))
+    before = device_peak_memory_mb(torch.device("cpu"))
     big = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
-    after = peak_memory_mb(torch.device("cpu"))
+    after = device_peak_memory_mb(torch.device("cpu"))
     del big
     assert before > 10  # the interpreter and torch alone
     assert after >= before + 32
@@ -146,3 +147,17 @@ def test_compile_time_is_read_from_torch_records_and_survives_their_rotation(mon
     assert watch.snapshot()["compile_time_s"] == first  # records are not counted twice
     with pytest.raises(ValueError, match="threshold=0"):
         CompileWatch(0)
+
+
+def test_step_timer_times_steps_and_records_them_at_the_sync_point():
+    timer = StepTimer(torch.device("cpu"))
+    for tokens in (7, torch.tensor(9.0, dtype=torch.float64), None):
+        timer.start()
+        timer.stop(samples=4, tokens=tokens)
+    assert len(timer) == 0  # nothing read before the sync point
+    timer.sync()
+    assert len(timer) == 3
+    assert timer._tokens[:2] == [7.0, 9.0] and math.isnan(timer._tokens[2])
+    assert all(s >= 0 for s in timer._seconds)
+    with pytest.raises(RuntimeError, match="without a StepTimer.start"):
+        timer.stop(samples=1)

@@ -52,7 +52,7 @@ def test_recompiles_reported_by_kiln_core_with_default_padding():
     result = fit(
         module,
         trainer=_trainer(max_steps=100, max_epochs=2, val_every_n_steps=4, limit_val_batches=None),
-        compile=CompileConfig(mode="default", backend="aot_eager"),
+        compile_config=CompileConfig(mode="default", backend="aot_eager"),
     )
     assert result.global_step == 16  # two epochs of 64 rows in batches of 8
     telemetry = result.telemetry

@@ -2,15 +2,12 @@
 checkpoints exactly right. It knows nothing of HF, TIMM, Hydra or W&B."""
 
 from kiln.core.config import COMPILE_MODES, PRECISIONS, CompileConfig, TrainerConfig
+from kiln.core.errors import EmptyWindowError, NonFiniteGradientError, NonFiniteLossError
 from kiln.core.launch import launch
-from kiln.core.loop import (
-    EmptyWindowError,
-    FitResult,
-    NonFiniteGradientError,
-    NonFiniteLossError,
-    fit,
-)
+from kiln.core.loop import fit
+from kiln.core.optim import unpack_optimizers
 from kiln.core.seeding import rank_seed, weights_hash
+from kiln.core.state import FitResult
 
 __all__ = [
     "COMPILE_MODES",
@@ -24,5 +21,6 @@ __all__ = [
     "fit",
     "launch",
     "rank_seed",
+    "unpack_optimizers",
     "weights_hash",
 ]

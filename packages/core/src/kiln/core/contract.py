@@ -20,9 +20,11 @@ The LightningModule defines the hooks and the Fabric loop calls them (the seed s
 - ``validation_metrics(outputs: dict[str, Tensor]) -> dict[str, float]``: the metrics
   of the whole validation set. Logged as ``val/<name>``.
 - ``configure_optimizers()``: an optimizer, or ``{"optimizer": opt, "lr_scheduler": sched}``
-  (``sched`` may also be ``{"scheduler": sched, ...}``). The scheduler steps once per
-  applied optimizer step. Before calling it the loop sets ``module.total_steps``: the
-  optimizer steps the run will take, for warm-up and decay schedules.
+  (``sched`` may also be Lightning's ``{"scheduler": sched, ...}``). The scheduler steps
+  once per applied optimizer step; a dict asking for ``interval="epoch"``, a ``frequency``
+  other than 1 or a ``monitor`` is rejected (``kiln.core.unpack_optimizers``). Before
+  calling it the loop sets ``module.total_steps``: the optimizer steps the run will take,
+  for warm-up and decay schedules.
 - ``train_dataloader()`` / ``val_dataloader()``: map-style DataLoaders. The loop rebuilds
   the training loader's sampler so the data order depends only on (seed, epoch), which
   makes mid-epoch resume exact.

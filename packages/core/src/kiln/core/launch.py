@@ -10,7 +10,6 @@ Fabric's ``ddp`` strategy picks up.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -77,14 +76,6 @@ def check_world_size(fabric: Any, trainer: Any) -> None:
     )
 
 
-def _free_port() -> int:
-    # the port is released before the rendezvous binds it; a race with another process
-    # grabbing it in between is possible but rare on one machine
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
 def _main_not_reimported(fn: Callable[..., Any]) -> Iterator[None]:
     """Keep spawned workers from re-running the ``__main__`` script.
@@ -140,12 +131,25 @@ def _describe_failure(error: ChildFailedError) -> str:
     return f"worker rank {rank} of the launched job failed{also}:\n{message}"
 
 
+def _check_importable(fn: Callable[..., Any]) -> None:
+    """Workers import ``fn`` by reference: a lambda or a nested function cannot be."""
+    if (
+        getattr(fn, "__qualname__", "").count("<locals>")
+        or getattr(fn, "__name__", "") == "<lambda>"
+    ):
+        raise ValueError(
+            f"launch needs a top-level function that worker processes can import; "
+            f"{getattr(fn, '__qualname__', fn)!r} is a lambda or defined inside a function"
+        )
+
+
 def launch(fn: Callable[..., Any], nprocs: int, *args: Any) -> list[Any]:
     """Run ``fn(*args)`` in ``nprocs`` local processes and return their results in rank order.
 
-    Uses ``torch.distributed.launcher.api.elastic_launch`` with a c10d rendezvous on a free
-    localhost port, spawned workers and no restarts. Inside ``fn``, a Fabric with
-    ``devices=nprocs`` and the ``ddp`` strategy joins the process group (gloo on the CPU).
+    Uses ``torch.distributed.launcher.api.elastic_launch`` with a c10d rendezvous on a
+    localhost port its store picks (port 0, as ``torchrun --standalone``), spawned workers
+    and no restarts. Inside ``fn``, a Fabric with ``devices=nprocs`` and the ``ddp``
+    strategy joins the process group (gloo on the CPU).
 
     With ``nprocs == 1``, or when this process is already one rank of a job started by
     torchrun or SLURM, ``fn(*args)`` runs here, in-process, and its result is returned as
@@ -170,21 +174,16 @@ def launch(fn: Callable[..., Any], nprocs: int, *args: Any) -> list[Any]:
         raise ValueError(f"nprocs={nprocs!r} is not valid; it must be an integer >= 1")
     if nprocs == 1 or launched_externally():
         return [fn(*args)]
-    if (
-        getattr(fn, "__qualname__", "").count("<locals>")
-        or getattr(fn, "__name__", "") == "<lambda>"
-    ):
-        raise ValueError(
-            f"launch needs a top-level function that worker processes can import; "
-            f"{getattr(fn, '__qualname__', fn)!r} is a lambda or defined inside a function"
-        )
+    _check_importable(fn)
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
         nproc_per_node=nprocs,
         run_id=f"kiln-{uuid.uuid4().hex[:12]}",
         rdzv_backend="c10d",
-        rdzv_endpoint=f"127.0.0.1:{_free_port()}",
+        # port 0: the rendezvous store binds a free port itself (as torchrun --standalone),
+        # so no other process can take it between choosing and binding
+        rdzv_endpoint="127.0.0.1:0",
         local_addr="127.0.0.1",
         max_restarts=0,
         start_method="spawn",

@@ -1,4 +1,4 @@
-"""Precision plugins kiln uses in place of Fabric's own.
+"""Precision: the plugin kiln uses in place of Fabric's own, and step hooks run under it.
 
 Fabric's ``64-true`` plugin casts every module output to torch's *default* dtype (float32
 unless the user changed it), so a float64 run would weigh and log its losses in float32.
@@ -26,3 +26,18 @@ class ExactDoublePrecision(DoublePrecision):
 
     def convert_output(self, data: Any) -> Any:
         return apply_to_collection(data, dtype=torch.Tensor, function=_promote)
+
+
+def call_step_hook(fabric: Any, model: Any, hook: str, *args: Any) -> Any:
+    """Call a step hook (``training_step``, ``validation_step``) under Fabric's precision.
+
+    Fabric applies precision (autocast, input/output dtypes) in ``forward``; it routes step
+    hooks through ``forward`` only when the module is wrapped (DDP, compile), so on one
+    eager device bf16-mixed would silently run in fp32. Applying it here too is harmless
+    when Fabric already did.
+    """
+    precision = fabric.strategy.precision
+    args = precision.convert_input(args)
+    with precision.forward_context():
+        out = getattr(model, hook)(*args)
+    return precision.convert_output(out)

@@ -1,9 +1,10 @@
 """What a run costs: steady-state step time and throughput, peak memory, and compilation.
 
-- :class:`StepTimer` keeps one wall time per optimizer step; its summary drops the warm-up
-  steps (compilation, allocator and cache warm-up) and reports medians, not means, because
-  the machines are shared and noisy.
-- :func:`peak_memory_mb` reads the device's high-water mark.
+- :class:`StepTimer` times every optimizer step without a host sync (CUDA events on the GPU)
+  and reads the times at the loop's sync points; its summary drops the warm-up steps
+  (compilation, allocator and cache warm-up) and reports medians, not means, because the
+  machines are shared and noisy.
+- :func:`device_peak_memory_mb` reads the device's high-water mark.
 - :class:`CompileWatch` reads torch's own compile metrics: how long dynamo, AOT autograd and
   inductor spent compiling (reported on its own, never mixed into step time), how often
   frames recompiled and why, and where graphs broke.
@@ -14,7 +15,9 @@ from __future__ import annotations
 import math
 import resource
 import sys
+import time
 import warnings
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,19 +29,69 @@ import torch._dynamo.utils as dynamo_utils
 class StepTimer:
     """Wall time, samples and tokens of every optimizer step.
 
-    The loop measures each step (after a device synchronize where the device runs
-    asynchronously) and calls :meth:`record`; :meth:`summary` turns the steps after warm-up
-    into the run's step-time figures at the end, and :meth:`recent_samples_per_s` gives the
-    current throughput at log steps in constant time.
+    The loop calls :meth:`start` and :meth:`stop` around each step. Neither synchronizes
+    the host with the device: on CUDA each is an event recorded on the current stream (the
+    gap between two events includes launch bubbles), elsewhere a ``perf_counter`` reading.
+    Stopped steps wait until :meth:`sync`, which the loop calls at its own sync points (log
+    steps), to be read and recorded. :meth:`summary` turns the steps after warm-up into the
+    run's step-time figures, and :meth:`recent_samples_per_s` gives the current throughput
+    in constant time.
+
+    Args:
+        device: The device the steps run on; CUDA devices are timed with events.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device | str | None = None) -> None:
+        self._cuda = device is not None and torch.device(device).type == "cuda"
+        self._started: float | torch.cuda.Event | None = None
+        # stopped steps not read yet: (seconds or a (start, end) event pair, samples, tokens)
+        self._stopped: list[tuple[Any, int, int | torch.Tensor | None]] = []
         self._seconds: list[float] = []
         self._samples: list[int] = []
         self._tokens: list[float] = []  # NaN where a step's tokens were not counted
         # running totals make recent throughput O(1) however long the run
         self._cum_seconds: list[float] = [0.0]
         self._cum_samples: list[int] = [0]
+
+    def start(self) -> None:
+        """Start timing a step."""
+        if self._cuda:
+            self._started = torch.cuda.Event(enable_timing=True)
+            self._started.record()
+        else:
+            self._started = time.perf_counter()
+
+    def stop(self, samples: int, tokens: int | torch.Tensor | None = None) -> None:
+        """Stop timing the step :meth:`start` began; it is recorded at the next :meth:`sync`.
+
+        Args:
+            samples: Samples it trained on (all micro-batches, all ranks).
+            tokens: Tokens it trained on (a device tensor is read at :meth:`sync`), or
+                ``None`` if not counted for this step.
+        """
+        started, self._started = self._started, None
+        if started is None:
+            raise RuntimeError("StepTimer.stop called without a StepTimer.start before it")
+        if isinstance(started, float):
+            self._stopped.append((time.perf_counter() - started, samples, tokens))
+            return
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        self._stopped.append(((started, end), samples, tokens))
+
+    def sync(self) -> None:
+        """Read the stopped steps' times and token counts and record them (a host sync)."""
+        stopped, self._stopped = self._stopped, []
+        counts = [t for _, _, t in stopped if isinstance(t, torch.Tensor)]
+        # one device-to-host copy for all tensor token counts
+        read = iter(torch.stack(counts).tolist() if counts else [])
+        for timing, samples, tokens in stopped:
+            if not isinstance(timing, float):
+                start, end = timing
+                end.synchronize()
+                timing = start.elapsed_time(end) / 1000.0  # milliseconds
+            count = next(read) if isinstance(tokens, torch.Tensor) else tokens
+            self.record(timing, samples, None if count is None else int(count))
 
     def __len__(self) -> int:
         return len(self._seconds)
@@ -82,6 +135,7 @@ class StepTimer:
         """
         if warmup_steps < 0:
             raise ValueError(f"warmup_steps={warmup_steps} is not valid; it must be >= 0")
+        self.sync()
         first = warmup_steps if len(self._seconds) > warmup_steps else 0
         if first >= len(self._seconds):
             return {
@@ -114,7 +168,7 @@ class StepTimer:
 # -- memory -------------------------------------------------------------------------------
 
 
-def peak_memory_mb(device: torch.device) -> float:
+def device_peak_memory_mb(device: torch.device) -> float:
     """Peak memory of this process on ``device``, in MiB.
 
     CUDA: the caching allocator's peak of allocated tensor memory on that device. Other

@@ -39,6 +39,7 @@ from lightning.fabric.utilities import move_data_to_device
 from torch import nn
 
 from kiln.core.config import PRECISIONS, CompileConfig
+from kiln.core.optim import unpack_optimizers
 from kiln.core.telemetry import CompileWatch
 from kiln.experiments.bench_memory import peak_memory_mb
 from kiln.experiments.bench_stats import speedup_stats
@@ -128,19 +129,6 @@ class TrainingStep(nn.Module):
         return out["loss"] if isinstance(out, dict) else out
 
 
-def build_optimizer(module: nn.Module) -> torch.optim.Optimizer:
-    """The optimizer from ``module.configure_optimizers()`` (the scheduler is not stepped)."""
-    out = module.configure_optimizers()
-    if isinstance(out, dict):
-        out = out.get("optimizer")
-    if not isinstance(out, torch.optim.Optimizer):
-        raise TypeError(
-            "configure_optimizers() must return an optimizer or {'optimizer': ..., ...}, "
-            f"got {type(out).__name__}"
-        )
-    return out
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -158,7 +146,9 @@ class _Variant:
     ) -> None:
         self.plugin = precision_plugin(precision, device)
         self.module = self.plugin.convert_module(module).to(device)
-        self.optimizer = build_optimizer(self.module)
+        self.optimizer, _ = unpack_optimizers(
+            self.module.configure_optimizers()
+        )  # no scheduler steps
         step = TrainingStep(self.module)
         self.compiled = compile_cfg is not None and compile_cfg.enabled
         self.fn: Callable[[Any], torch.Tensor] = (

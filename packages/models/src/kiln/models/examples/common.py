@@ -37,7 +37,7 @@ def run(module: Any, args: argparse.Namespace, description: str) -> dict[str, fl
         progress=False,
     )
     start = time.perf_counter()
-    result = fit(module, trainer=trainer, compile=CompileConfig(mode=args.compile))
+    result = fit(module, trainer=trainer, compile_config=CompileConfig(mode=args.compile))
     wall = time.perf_counter() - start
     print(f"\n{description}")
     threads = torch.get_num_threads()

@@ -1,0 +1,129 @@
+"""What happens after each optimizer step, on its own period: log the training loss,
+validate, checkpoint, and move the progress bar.
+
+Step losses stay on the device until a log step or a checkpoint, where they are brought to
+the host together (one sync point) and checked: a non-finite loss stops the run before it
+can reach a checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kiln.core.checkpoint import save_checkpoint
+from kiln.core.errors import NonFiniteLossError, check_window_total
+from kiln.core.progress import Progress
+from kiln.core.setup import Context
+from kiln.core.state import RunState
+from kiln.core.step import StepOutput, as_count_tensor
+from kiln.core.validation import validate
+
+
+@dataclass
+class _PendingLoss:
+    """A step's loss still on the device; the host reads it at the next sync point."""
+
+    step: int
+    loss_sum: torch.Tensor
+    total: int | torch.Tensor
+
+
+class Cadence:
+    """Logging, validation and checkpoints after each step of a run (see the module doc).
+
+    Args:
+        ctx: What ``setup`` built.
+        run: Where the run stands (after any resume: the progress bar starts there).
+    """
+
+    def __init__(self, ctx: Context, run: RunState) -> None:
+        self.ctx, self.run = ctx, run
+        self._pending: list[_PendingLoss] = []
+        self.progress = Progress(
+            ctx.total_steps,
+            enabled=ctx.trainer.progress and ctx.fabric.is_global_zero,
+            start_step=run.global_step,
+        )
+
+    def after_step(self, out: StepOutput) -> None:
+        """Log, validate and checkpoint as ``trainer`` says; all three at the last step."""
+        trainer, run = self.ctx.trainer, self.run
+        self._pending.append(_PendingLoss(out.step, out.loss_sum, out.total))
+        done = run.global_step >= self.ctx.total_steps
+        if done or _every(run.global_step, trainer.log_every_n_steps):
+            self.log(out.grad_norm)
+        else:
+            self.progress.update(run.global_step, None, None)
+        if done or _every(run.global_step, trainer.val_every_n_steps):
+            metrics = validate(self.ctx, run.global_step)
+            run.metrics = run.metrics if metrics is None else metrics
+        if trainer.checkpoint_dir is not None and (
+            done or _every(run.global_step, trainer.checkpoint_every_n_steps)
+        ):
+            self.checkpoint()
+
+    def log(self, grad_norm: torch.Tensor | None) -> None:
+        """Log the latest step's loss, learning rate and grad norm; update the progress."""
+        ctx, run = self.ctx, self.run
+        step, loss = self.flush()[-1]
+        row: dict[str, Any] = {
+            "step": step,
+            "train/loss": loss,
+            "train/lr": run.lr,  # the rate this step used, not the one the scheduler set next
+            "train/skipped_steps": run.skipped_steps,
+        }
+        if grad_norm is not None:
+            row["train/grad_norm"] = float(grad_norm)
+        run.history.append(row)
+        ctx.fabric.log_dict({k: v for k, v in row.items() if k != "step"}, step=step)
+        throughput = ctx.timer.recent_samples_per_s(ctx.trainer.log_every_n_steps)
+        self.progress.update(run.global_step, loss, throughput)
+        ctx.watch.check()
+
+    def checkpoint(self) -> None:
+        """Save the run where it stands (after checking the losses since the last sync)."""
+        ctx, run = self.ctx, self.run
+        self.flush()  # never save weights after a non-finite loss
+        state = {**ctx.objects, **run.state(), "config": ctx.run_config}
+        path = save_checkpoint(
+            ctx.fabric,
+            ctx.trainer.checkpoint_dir,
+            run.global_step,
+            state,
+            keep_last_k=ctx.trainer.keep_last_k,
+        )
+        run.checkpoint = str(path)
+
+    def flush(self) -> list[tuple[int, float]]:
+        """Bring pending step losses to the host (a sync point); stop on a non-finite one.
+
+        Returns:
+            ``(step, mean loss over the window and all ranks)`` of each pending step.
+        """
+        if not self._pending:
+            return []
+        fabric = self.ctx.fabric
+        pending, self._pending = self._pending, []
+        sums = torch.stack([p.loss_sum for p in pending])
+        if fabric.world_size > 1:
+            sums = fabric.all_reduce(sums, reduce_op="sum")
+        totals = torch.stack([as_count_tensor(p.total, sums.device) for p in pending])
+        losses = (sums / totals).tolist()
+        for p, total in zip(pending, totals.tolist(), strict=True):
+            check_window_total(int(total), p.step)  # before the NaN that 0/0 makes is reported
+        self.ctx.timer.sync()
+        for p, value in zip(pending, losses, strict=True):
+            if not math.isfinite(value):
+                raise NonFiniteLossError(
+                    f"loss is {value} at step {p.step}; stopping before it reaches a "
+                    "checkpoint (the last good checkpoint stays)"
+                )
+        return [(p.step, value) for p, value in zip(pending, losses, strict=True)]
+
+
+def _every(step: int, period: int | None) -> bool:
+    return period is not None and step % period == 0

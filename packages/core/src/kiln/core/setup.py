@@ -1,0 +1,170 @@
+"""The setup stage of ``fit``: Fabric, loaders, compile, optimizers, in that order.
+
+``setup`` returns a :class:`Context`: what stays fixed for the whole run and what the step,
+the cadence and ``finish`` use. Where the run stands lives apart, in ``state.RunState``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.fabric.plugins import Precision
+from lightning.pytorch.utilities.model_helpers import is_overridden
+
+from kiln.core.config import CompileConfig, TrainerConfig
+from kiln.core.data import training_loader
+from kiln.core.launch import check_world_size, launched_externally
+from kiln.core.optim import unpack_optimizers
+from kiln.core.precision import ExactDoublePrecision
+from kiln.core.seeding import seed_rank_streams
+from kiln.core.telemetry import CompileWatch, StepTimer
+
+
+@dataclass
+class Context:
+    """What ``setup`` built for the run."""
+
+    fabric: L.Fabric
+    trainer: TrainerConfig
+    module: L.LightningModule  # the module as given (hooks, count_items)
+    model: Any  # the Fabric-wrapped (and maybe compiled) module that runs the steps
+    optimizer: Any
+    scheduler: Any
+    scaler: Any  # the GradScaler of 16-mixed, else None
+    train_loader: Any
+    val_loader: Any
+    batches_per_epoch: int
+    total_steps: int
+    watch: CompileWatch
+    timer: StepTimer
+    counts_tokens: bool  # the module's items are tokens: report tokens/s
+    run_config: dict[str, Any] | None
+
+    @property
+    def objects(self) -> dict[str, Any]:
+        """The stateful objects a checkpoint saves and a resume restores."""
+        objects = {"model": self.model, "optimizer": self.optimizer}
+        if self.scheduler is not None:
+            objects["scheduler"] = self.scheduler
+        if self.scaler is not None:
+            objects["scaler"] = self.scaler
+        return objects
+
+
+def setup(
+    module: L.LightningModule,
+    trainer: TrainerConfig,
+    compile_config: CompileConfig,
+    loggers: Sequence[Any] | None,
+    callbacks: Sequence[Any] | None,
+    plugins: Sequence[Any] | None,
+    run_config: dict[str, Any] | None,
+) -> Context:
+    """Build Fabric, the loaders, the (compiled) model and the optimizer for ``fit``."""
+    fabric = build_fabric(trainer, loggers, [module, *(callbacks or [])], plugins)
+    fabric.launch()  # sets up the process group; processes were started by kiln.core.launch
+    check_world_size(fabric, trainer)  # the world that trains is the one the config records
+    fabric.seed_everything(trainer.seed)
+
+    train_loader = training_loader(module.train_dataloader(), fabric, trainer.seed)
+    val_loader = _val_loader(module, fabric)
+    total_steps = _total_steps(trainer, len(train_loader))
+    module.total_steps = total_steps  # for warm-up/decay schedules, read in configure_optimizers
+
+    watch = CompileWatch(compile_config.recompile_warn_threshold)
+    watch.start()
+    model = fabric.setup_module(_compiled(module, compile_config))
+    # Weights are now rank 0's on every rank (DDP broadcasts parameters and buffers); from
+    # here each rank draws its own dropout/augmentation stream (restored on resume).
+    seed_rank_streams(trainer.seed, fabric.global_rank)
+    optimizer, scheduler = unpack_optimizers(module.configure_optimizers())
+    return Context(
+        fabric=fabric,
+        trainer=trainer,
+        module=module,
+        model=model,
+        optimizer=fabric.setup_optimizers(optimizer),
+        scheduler=scheduler,
+        scaler=getattr(fabric.strategy.precision, "scaler", None),  # set with 16-mixed only
+        train_loader=train_loader,
+        val_loader=val_loader,
+        batches_per_epoch=len(train_loader),
+        total_steps=total_steps,
+        watch=watch,
+        timer=StepTimer(fabric.device),
+        counts_tokens=bool(getattr(module, "items_are_tokens", False)),
+        run_config=run_config,
+    )
+
+
+def build_fabric(
+    trainer: TrainerConfig,
+    loggers: Sequence[Any] | None,
+    callbacks: list[Any],
+    plugins: Sequence[Any] | None,
+) -> L.Fabric:
+    """The run's Fabric, as ``trainer`` says; ``64-true`` gets kiln's exact plugin."""
+    world = trainer.devices * trainer.num_nodes
+    if world > 1 and not launched_externally():
+        raise RuntimeError(
+            f"trainer.devices={trainer.devices} x num_nodes={trainer.num_nodes} needs one process "
+            "per device: start them with kiln.core.launch(fn, nprocs, ...), torchrun or SLURM"
+        )
+    plugins = list(plugins or [])
+    has_precision = any(isinstance(p, Precision) for p in plugins)
+    if not has_precision and trainer.precision == "64-true":
+        plugins.append(ExactDoublePrecision())  # Fabric's own rounds step outputs to fp32
+        has_precision = True
+    strategy = trainer.strategy
+    if strategy == "auto" and world > 1:
+        strategy = "ddp"
+    return L.Fabric(
+        accelerator=trainer.accelerator,
+        devices=trainer.devices,
+        num_nodes=trainer.num_nodes,
+        strategy=strategy,
+        precision=None if has_precision else trainer.precision,
+        plugins=plugins or None,
+        loggers=list(loggers or []),
+        callbacks=callbacks,
+    )
+
+
+def _total_steps(trainer: TrainerConfig, batches_per_epoch: int) -> int:
+    """The optimizer steps the run will reach: ``max_steps``, or fewer with ``max_epochs``."""
+    windows_per_epoch = math.ceil(batches_per_epoch / trainer.accumulate_grad_batches)
+    if windows_per_epoch == 0:
+        raise ValueError(
+            "train_dataloader() yields no batches on this rank: the dataset is smaller than "
+            "batch_size x devices (with drop_last)"
+        )
+    if trainer.max_epochs is None:
+        return trainer.max_steps
+    return min(trainer.max_steps, windows_per_epoch * trainer.max_epochs)
+
+
+def _compiled(module: L.LightningModule, compile_config: CompileConfig) -> Any:
+    # compile before fabric.setup: Fabric re-applies it outside the DDP wrapper
+    if not compile_config.enabled:
+        return module
+    return torch.compile(module, **compile_config.torch_compile_kwargs())
+
+
+def _val_loader(module: L.LightningModule, fabric: L.Fabric) -> Any:
+    # Validation is optional: LightningModule's own val_dataloader raises (a
+    # MisconfigurationException), so only a hook the module defines is called.
+    if isinstance(module, L.LightningModule) and not is_overridden(
+        "val_dataloader", module, L.LightningModule
+    ):
+        return None
+    hook = getattr(module, "val_dataloader", None)
+    try:
+        loader = hook() if callable(hook) else None
+    except NotImplementedError:
+        return None
+    return fabric.setup_dataloaders(loader) if loader is not None else None

@@ -1,0 +1,62 @@
+"""Where a run stands (:class:`RunState`, what checkpoints carry) and what it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class FitResult:
+    """What a run returns (on every rank)."""
+
+    global_step: int
+    epoch: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    train_loss: float | None = None
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    checkpoint: str | None = None
+
+
+@dataclass
+class RunState:
+    """Where the run stands; :meth:`state` is what goes into checkpoints."""
+
+    global_step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # micro-batches of the current epoch already trained on
+    skipped_steps: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    checkpoint: str | None = None  # the newest checkpoint this run wrote
+    lr: float | None = None  # the learning rate the latest step used
+    counts_checked: bool = False  # count_items was compared with num_items (once per process)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "global_step": self.global_step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "skipped_steps": self.skipped_steps,
+            "history": list(self.history),
+            "metrics": dict(self.metrics),
+        }
+
+    def load(self, state: dict[str, Any]) -> None:
+        for key in ("global_step", "epoch", "batch_in_epoch", "skipped_steps"):
+            setattr(self, key, int(state[key]))
+        self.history = list(state.get("history", []))
+        self.metrics = dict(state.get("metrics", {}))
+
+    def result(self, telemetry: dict[str, Any] | None = None) -> FitResult:
+        """The run so far as a :class:`FitResult` (copies: the run may go on)."""
+        return FitResult(
+            global_step=self.global_step,
+            epoch=self.epoch,
+            metrics=dict(self.metrics),
+            train_loss=self.history[-1]["train/loss"] if self.history else None,
+            telemetry=dict(telemetry or {}),
+            history=list(self.history),
+            checkpoint=self.checkpoint,
+        )

@@ -1,0 +1,180 @@
+"""One optimizer step: forward and backward over a window of micro-batches, then the update.
+
+The window's loss is the sum of per-item losses over every micro-batch and rank divided by
+the window's item count over all ranks, so the update equals that of one batch holding all
+of them. Item counts are exact: host integers on the one-process path, float64 tensors
+(float32 on MPS, which has no float64) when they live on the device or cross ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import lightning as L
+import torch
+
+from kiln.core.contract import count_items, default_count_items
+from kiln.core.errors import NonFiniteGradientError, check_window_total
+from kiln.core.precision import call_step_hook
+from kiln.core.setup import Context
+from kiln.core.state import RunState
+
+
+@dataclass
+class StepOutput:
+    """A finished optimizer step whose loss still lives on the device."""
+
+    step: int
+    loss_sum: torch.Tensor  # this rank's sum of per-item losses over the window
+    total: int | torch.Tensor  # items in the window over all ranks
+    grad_norm: torch.Tensor | None  # with clipping only
+
+
+def train_step(ctx: Context, run: RunState, window: list[Any]) -> StepOutput:
+    """Train on ``window`` and take one optimizer step; advance ``run`` past it."""
+    ctx.timer.start()
+    check, run.counts_checked = not run.counts_checked, True  # once: count_items vs num_items
+    loss_sum, total = train_window(ctx, window, run.batch_in_epoch, check)
+    step = run.global_step + 1
+    grad_norm, skipped, run.lr = optimizer_step(ctx, step, total)
+    run.skipped_steps += skipped
+    run.global_step = step
+    run.batch_in_epoch += len(window)
+    if run.batch_in_epoch >= ctx.batches_per_epoch:
+        ctx.fabric.call("on_train_epoch_end")
+        run.epoch += 1
+        run.batch_in_epoch = 0
+    samples = sum(default_count_items(b) for b in window) * ctx.fabric.world_size
+    ctx.timer.stop(samples, total if ctx.counts_tokens else None)
+    return StepOutput(step, loss_sum, total, grad_norm)
+
+
+def train_window(
+    ctx: Context, window: list[Any], first_batch_idx: int, check: bool
+) -> tuple[torch.Tensor, int | torch.Tensor]:
+    """Forward and backward every micro-batch of a window; returns (loss sum, item total).
+
+    Each micro-batch's mean loss is weighted by its share of the window's items over all
+    ranks, so the accumulated gradient is that of one batch holding the whole window.
+    """
+    fabric, model = ctx.fabric, ctx.model
+    world = fabric.world_size
+    counts = [count_items(ctx.module, batch) for batch in window]
+    total = _window_total(fabric, counts)
+    loss_sum = torch.zeros((), device=fabric.device, dtype=count_dtype(fabric.device))
+    for j, batch in enumerate(window):
+        # Gradients are all-reduced once per window, on its last micro-batch.
+        with fabric.no_backward_sync(model, enabled=j < len(window) - 1):
+            out = call_step_hook(fabric, model, "training_step", batch, first_batch_idx + j)
+            loss, n = _unpack_step(out)
+            if check:
+                _check_counts(n, counts[j])
+            # DDP averages gradients over ranks, hence * world: the sum runs over all items.
+            fabric.backward(_weighted(loss, n, world, total))
+        loss_sum += loss.detach().to(loss_sum.dtype) * n
+    return loss_sum, total
+
+
+def _window_total(fabric: L.Fabric, counts: list[int | torch.Tensor]) -> int | torch.Tensor:
+    """Items in the window over all ranks."""
+    if fabric.world_size == 1 and all(isinstance(c, int) for c in counts):
+        return sum(counts)  # host integers: no device work on the common one-process path
+    total = torch.stack([as_count_tensor(c, fabric.device) for c in counts]).sum()
+    if fabric.world_size > 1:
+        total = fabric.all_reduce(total, reduce_op="sum")
+    return total
+
+
+def _weighted(loss: torch.Tensor, n: Any, world: int, total: Any) -> torch.Tensor:
+    """``loss * n * world / total``, kept at least fp32 (also for a bf16/fp16 loss)."""
+    loss = loss.to(torch.promote_types(loss.dtype, torch.float32))
+    if isinstance(n, int) and isinstance(total, int):
+        weight = n * world / total  # exact host arithmetic; 1.0 needs no multiply at all
+        return loss if weight == 1.0 else loss * weight
+    weight = as_count_tensor(n, loss.device) * world / as_count_tensor(total, loss.device)
+    return loss * weight.to(loss.dtype)
+
+
+def optimizer_step(
+    ctx: Context, step: int, total: int | torch.Tensor
+) -> tuple[torch.Tensor | None, bool, float]:
+    """Clip, step, schedule, zero.
+
+    Returns:
+        The grad norm (with clipping), whether the GradScaler skipped the step, and the
+        learning rate the step used (read before the scheduler moves it on).
+    """
+    optimizer, scaler = ctx.optimizer, ctx.scaler
+    if isinstance(total, int):
+        check_window_total(total, step)  # host integer: free to check before the update
+    grad_norm = _clip(ctx, step, total)
+    lr = float(optimizer.param_groups[0]["lr"])  # a tensor lr (compiled optimizers) is read here
+    scale_before = scaler.get_scale() if scaler is not None else None
+    optimizer.step()
+    # note: get_scale() is a host sync, paid only with 16-mixed's GradScaler. A lower scale
+    # means it found inf/NaN gradients and skipped the update: the schedule must not advance.
+    skipped = scaler is not None and scaler.get_scale() < scale_before
+    if ctx.scheduler is not None and not skipped:
+        ctx.scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm, skipped, lr
+
+
+def _clip(ctx: Context, step: int, total: int | torch.Tensor) -> torch.Tensor | None:
+    """Clip the gradient norm if ``trainer.gradient_clip_norm`` says so; return the norm."""
+    max_norm = ctx.trainer.gradient_clip_norm
+    if max_norm is None:
+        return None
+    try:
+        # inf/NaN gradients are expected with 16-mixed: the GradScaler skips those steps
+        return ctx.fabric.clip_gradients(
+            ctx.model, ctx.optimizer, max_norm=max_norm, error_if_nonfinite=ctx.scaler is None
+        )
+    except RuntimeError as error:
+        if "non-finite" not in str(error):
+            raise
+        check_window_total(int(total), step)  # an empty window makes 0/0 gradients
+        raise NonFiniteGradientError(
+            f"gradient norm is {_grad_norm(ctx.optimizer)} at step {step} (before clipping to "
+            f"trainer.gradient_clip_norm={max_norm}); stopping before it "
+            "reaches a checkpoint (the last good checkpoint stays)"
+        ) from error
+
+
+def _grad_norm(optimizer: Any) -> float:
+    """The global 2-norm of the gradients (on a failure path: a host sync is fine)."""
+    grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+    if not grads:
+        return float("nan")
+    return float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))
+
+
+def _unpack_step(out: Any) -> tuple[torch.Tensor, Any]:
+    if not isinstance(out, dict) or "loss" not in out or "num_items" not in out:
+        raise TypeError(
+            "training_step must return {'loss': mean loss, 'num_items': items it averaged "
+            f"over}}, got {type(out).__name__}"
+            + (f" with keys {sorted(out)}" if isinstance(out, dict) else "")
+        )
+    return out["loss"], out["num_items"]
+
+
+def _check_counts(reported: Any, counted: Any) -> None:
+    """Once per run: the count that weighted the loss is the count the step averaged over."""
+    if int(reported) != int(counted):
+        raise ValueError(
+            f"training_step reported num_items={int(reported)} but count_items(batch) gives "
+            f"{int(counted)}; define count_items(batch) on the module to count what the loss "
+            "averages over (e.g. non-padding label tokens)"
+        )
+
+
+def count_dtype(device: torch.device) -> torch.dtype:
+    """Item counts as exact floats: float64 holds any count (MPS has no float64)."""
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
+def as_count_tensor(value: Any, device: torch.device) -> torch.Tensor:
+    """``value`` (an item count or a sum of losses) as an exact tensor on ``device``."""
+    return torch.as_tensor(value, device=device).to(count_dtype(device))

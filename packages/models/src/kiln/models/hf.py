@@ -17,6 +17,11 @@ import torch
 import torch.nn.functional as F
 
 from kiln.core.optional import require
+from kiln.models.classification import (
+    classification_loss,
+    classification_metrics,
+    classification_outputs,
+)
 from kiln.models.data.base import IGNORE_INDEX
 from kiln.models.metrics import load_metric
 from kiln.models.module import KilnModule, at_least_fp32
@@ -233,8 +238,7 @@ class HFSequenceClassifier(HFModule):
         self._attach_data()
 
     def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
-        logits = self.model(**self.model_inputs(batch)).logits
-        return F.cross_entropy(at_least_fp32(logits), batch["labels"]), batch["labels"].shape[0]
+        return classification_loss(self.model(**self.model_inputs(batch)).logits, batch["labels"])
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
         logits = self.model(**self.model_inputs(batch)).logits
@@ -247,30 +251,6 @@ class HFSequenceClassifier(HFModule):
         ids = self._example_ids(batch_size, self._example_length(), device)
         labels = torch.arange(batch_size, device=device) % self.num_labels
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
-
-
-def classification_outputs(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per-sample validation outputs of a classifier: predictions, labels and losses."""
-    logits = at_least_fp32(logits)
-    loss = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="none")
-    return {"preds": logits.argmax(-1), "labels": labels, "loss": loss}
-
-
-def classification_metrics(outputs: dict[str, torch.Tensor], num_labels: int) -> dict[str, float]:
-    """Accuracy, F1 (binary, or macro over classes) and mean loss of the real rows."""
-    keep = outputs["labels"] != IGNORE_INDEX  # drops the validation padding rows
-    preds = outputs["preds"][keep].cpu().numpy()
-    labels = outputs["labels"][keep].cpu().numpy()
-    average = "binary" if num_labels == 2 else "macro"
-    return {
-        "accuracy": load_metric("accuracy").compute(predictions=preds, references=labels)[
-            "accuracy"
-        ],
-        "f1": load_metric("f1").compute(predictions=preds, references=labels, average=average)[
-            "f1"
-        ],
-        "loss": float(at_least_fp32(outputs["loss"][keep]).mean()),
-    }
 
 
 class HFCausalLM(HFModule):

@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from kiln.models.hf import classification_metrics, classification_outputs
-from kiln.models.module import KilnModule, at_least_fp32
+from kiln.models.classification import (
+    classification_loss,
+    classification_metrics,
+    classification_outputs,
+)
+from kiln.models.module import KilnModule
 from kiln.models.optim import OptimizerConfig, SchedulerConfig
 from kiln.models.registry import register_model
 
@@ -106,8 +109,7 @@ class TimmClassifier(KilnModule):
         return self.model(pixel_values)
 
     def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
-        logits = at_least_fp32(self.model(batch["pixel_values"]))
-        return F.cross_entropy(logits, batch["labels"]), batch["labels"].shape[0]
+        return classification_loss(self.model(batch["pixel_values"]), batch["labels"])
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
         return classification_outputs(self.model(batch["pixel_values"]), batch["labels"])

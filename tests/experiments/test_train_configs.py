@@ -86,7 +86,13 @@ def test_every_model_config_instantiates_with_its_data(model):
     cfg = resolved([f"model={model}", f"data={data}", "data.batch_size=4"])
     module = build_module(cfg)
     assert sum(p.numel() for p in module.parameters()) > 0
-    assert module.train_dataloader() is not None
+    # the data feeds the model what it takes: every input it expects, at its shape and
+    # dtype, in batches of data.batch_size
+    batch = next(iter(module.train_dataloader()))
+    expected = module.example_batch(cfg["data"]["batch_size"])
+    assert set(expected) <= set(batch), (sorted(expected), sorted(batch))
+    for key, value in expected.items():
+        assert (batch[key].shape, batch[key].dtype) == (value.shape, value.dtype), key
 
 
 @pytest.mark.parametrize("experiment", options("experiment"))

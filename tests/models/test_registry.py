@@ -98,3 +98,26 @@ def test_misspelled_model_arguments_fail_naming_the_valid_ones():
     # HF config fields are still accepted directly, and in config_overrides
     module = km.create_model("bert-tiny-cls", hidden_dropout_prob=0.2)
     assert module.model.config.hidden_dropout_prob == 0.2
+
+
+def test_an_alias_is_its_base_with_arguments_set():
+    km.register_alias(
+        "my-tiny-resnet",
+        "timm",
+        "A user's alias.",
+        fixed={"arch": "resnet18"},
+        defaults={"img_size": 16, "model_kwargs": {"layers": [1, 1, 1, 1], "channels": [4] * 4}},
+    )
+    try:
+        entry = km.get_model_entry("my-tiny-resnet")
+        assert entry.task == "image-classification" and entry.description == "A user's alias."
+        # the caller's dict is merged over the default one; its other defaults stay
+        module = km.create_model(
+            "my-tiny-resnet", num_classes=3, model_kwargs={"channels": [8] * 4}
+        )
+        assert module.arch == "resnet18" and module.input_size == (3, 16, 16)
+        assert module.model.fc.in_features == 8 and len(module.model.layer1) == 1
+        with pytest.raises(ValueError, match=r"'my-tiny-resnet' fixes arch='resnet18'.*'timm'"):
+            km.create_model("my-tiny-resnet", arch="resnet50")
+    finally:
+        _REGISTRY.pop("my-tiny-resnet", None)

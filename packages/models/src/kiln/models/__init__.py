@@ -1,7 +1,8 @@
 """kiln.models: LightningModule wrappers for HuggingFace and TIMM models, with data and metrics.
 
 ``create_model(name, data=..., optimizer=..., scheduler=..., **kwargs)`` builds a
-registered model; ``list_models()`` names them; ``@register_model`` adds one.
+registered model; ``list_models()`` names them; ``@register_model`` adds one, and
+``register_alias`` adds one that is another with some arguments set.
 """
 
 from kiln.models import hf as _hf  # noqa: F401  (registers the HF models)
@@ -14,6 +15,7 @@ from kiln.models.registry import (
     create_model,
     get_model_entry,
     list_models,
+    register_alias,
     register_model,
 )
 from kiln.models.vision import TimmClassifier
@@ -30,5 +32,6 @@ __all__ = [
     "create_model",
     "get_model_entry",
     "list_models",
+    "register_alias",
     "register_model",
 ]

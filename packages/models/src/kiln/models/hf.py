@@ -17,11 +17,16 @@ import torch
 import torch.nn.functional as F
 
 from kiln.core.optional import require
+from kiln.models.classification import (
+    classification_loss,
+    classification_metrics,
+    classification_outputs,
+)
 from kiln.models.data.base import IGNORE_INDEX
 from kiln.models.metrics import load_metric
 from kiln.models.module import KilnModule, at_least_fp32
 from kiln.models.optim import OptimizerConfig, SchedulerConfig
-from kiln.models.registry import register_model
+from kiln.models.registry import register_alias, register_model
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -74,8 +79,8 @@ class HFModule(KilnModule):
     """Shared plumbing of the HF wrappers: building, tokenizer, export.
 
     Args:
-        pretrained: A hub name or local directory for ``from_pretrained``, or ``None`` to
-            build from a config (random init).
+        pretrained: A hub name or local directory for ``from_pretrained``, ``"minilm"`` for
+            the packaged all-MiniLM-L6-v2, or ``None`` to build from a config (random init).
         arch: The HF ``model_type`` of a config-built model (``bert``, ``gpt2``, ``llama``...).
         config_overrides: Config fields to set (e.g. ``num_hidden_layers``); applied to
             pretrained models too.
@@ -102,6 +107,8 @@ class HFModule(KilnModule):
         super().__init__(data, optimizer, scheduler)
         import transformers
 
+        if pretrained == "minilm":
+            pretrained = minilm_path()
         self.pretrained = pretrained
         self.tokenizer_source = str(tokenizer or pretrained or minilm_path())
         self._tokenizer = None
@@ -233,8 +240,7 @@ class HFSequenceClassifier(HFModule):
         self._attach_data()
 
     def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
-        logits = self.model(**self.model_inputs(batch)).logits
-        return F.cross_entropy(at_least_fp32(logits), batch["labels"]), batch["labels"].shape[0]
+        return classification_loss(self.model(**self.model_inputs(batch)).logits, batch["labels"])
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
         logits = self.model(**self.model_inputs(batch)).logits
@@ -247,30 +253,6 @@ class HFSequenceClassifier(HFModule):
         ids = self._example_ids(batch_size, self._example_length(), device)
         labels = torch.arange(batch_size, device=device) % self.num_labels
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
-
-
-def classification_outputs(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per-sample validation outputs of a classifier: predictions, labels and losses."""
-    logits = at_least_fp32(logits)
-    loss = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="none")
-    return {"preds": logits.argmax(-1), "labels": labels, "loss": loss}
-
-
-def classification_metrics(outputs: dict[str, torch.Tensor], num_labels: int) -> dict[str, float]:
-    """Accuracy, F1 (binary, or macro over classes) and mean loss of the real rows."""
-    keep = outputs["labels"] != IGNORE_INDEX  # drops the validation padding rows
-    preds = outputs["preds"][keep].cpu().numpy()
-    labels = outputs["labels"][keep].cpu().numpy()
-    average = "binary" if num_labels == 2 else "macro"
-    return {
-        "accuracy": load_metric("accuracy").compute(predictions=preds, references=labels)[
-            "accuracy"
-        ],
-        "f1": load_metric("f1").compute(predictions=preds, references=labels, average=average)[
-            "f1"
-        ],
-        "loss": float(at_least_fp32(outputs["loss"][keep]).mean()),
-    }
 
 
 class HFCausalLM(HFModule):
@@ -327,40 +309,14 @@ class HFCausalLM(HFModule):
 # -- registered models ------------------------------------------------------------------
 
 
-# Tiny variants are config-built (random init): a pretrained checkpoint has its own size.
-_TINY_BERT = {"pretrained": None, "config_overrides": tiny_config("bert")}
-_TINY_GPT2 = {"pretrained": None, "config_overrides": tiny_config("gpt2")}
+def _config_built(arch: str) -> dict[str, Any]:
+    """The arguments of a test-sized, config-built (random init) ``arch`` model."""
+    return {"pretrained": None, "config_overrides": tiny_config(arch)}
 
 
 def _tiny_for_arch(default: str) -> Any:
-    def tiny(kwargs: dict[str, Any]) -> dict[str, Any]:
-        return {"pretrained": None, "config_overrides": tiny_config(kwargs.get("arch", default))}
-
-    return tiny
-
-
-@register_model("minilm-cls", task="text-classification", tiny=_TINY_BERT)
-def minilm_cls(pretrained: str | None = "minilm", **kwargs: Any) -> HFSequenceClassifier:
-    """The packaged pretrained all-MiniLM-L6-v2 with a new classification head.
-
-    Its tiny variant is a config-built 2-layer BERT with MiniLM's tokenizer.
-    """
-    if pretrained == "minilm":
-        pretrained = minilm_path()
-    return HFSequenceClassifier(pretrained=pretrained, arch="bert", **kwargs)
-
-
-@register_model("bert-cls", task="text-classification", tiny=_TINY_BERT)
-def bert_cls(pretrained: str | None = None, **kwargs: Any) -> HFSequenceClassifier:
-    """Any BERT-family checkpoint (``pretrained=``), or BERT-base from its config."""
-    return HFSequenceClassifier(pretrained=pretrained, arch="bert", **kwargs)
-
-
-@register_model("bert-tiny-cls", task="text-classification", tiny={})
-def bert_tiny_cls(**kwargs: Any) -> HFSequenceClassifier:
-    """A 2-layer, 32-wide BERT classifier from a config, for tests."""
-    kwargs["config_overrides"] = {**tiny_config("bert"), **kwargs.get("config_overrides", {})}
-    return HFSequenceClassifier(arch="bert", **kwargs)
+    # Tiny variants are config-built: a pretrained checkpoint has its own size.
+    return lambda kwargs: _config_built(kwargs.get("arch", default))
 
 
 @register_model("hf-cls", task="text-classification", tiny=_tiny_for_arch("bert"))
@@ -369,27 +325,29 @@ def hf_cls(arch: str = "bert", **kwargs: Any) -> HFSequenceClassifier:
     return HFSequenceClassifier(arch=arch, **kwargs)
 
 
-@register_model("gpt2-lm", task="causal-lm", tiny=_TINY_GPT2)
-def gpt2_lm(pretrained: str | None = None, **kwargs: Any) -> HFCausalLM:
-    """GPT-2 (``pretrained=`` a hub name or local dir), or GPT-2 small from its config."""
-    return HFCausalLM(pretrained=pretrained, arch="gpt2", **kwargs)
-
-
-@register_model("gpt2-tiny-lm", task="causal-lm", tiny={})
-def gpt2_tiny_lm(**kwargs: Any) -> HFCausalLM:
-    """A 2-layer, 32-wide GPT-2 from a config, for tests."""
-    kwargs["config_overrides"] = {**tiny_config("gpt2"), **kwargs.get("config_overrides", {})}
-    return HFCausalLM(arch="gpt2", **kwargs)
-
-
-@register_model("llama-tiny-lm", task="causal-lm", tiny={})
-def llama_tiny_lm(**kwargs: Any) -> HFCausalLM:
-    """A 2-layer, 32-wide Llama (grouped-query attention, RMSNorm, RoPE), for tests."""
-    kwargs["config_overrides"] = {**tiny_config("llama"), **kwargs.get("config_overrides", {})}
-    return HFCausalLM(arch="llama", **kwargs)
-
-
 @register_model("hf-lm", task="causal-lm", tiny=_tiny_for_arch("gpt2"))
 def hf_lm(arch: str = "gpt2", **kwargs: Any) -> HFCausalLM:
     """A causal LM for any HF ``arch`` (``gpt2``, ``llama``, ``mistral``...)."""
     return HFCausalLM(arch=arch, **kwargs)
+
+
+# name: (base model, fixed arch, defaults, tiny overrides, description)
+ALIASES: dict[str, tuple[str, str, dict[str, Any], dict[str, Any], str]] = {
+    "minilm-cls": ("hf-cls", "bert", {"pretrained": "minilm"}, _config_built("bert"),
+                   "The packaged pretrained all-MiniLM-L6-v2 with a new classification head."),
+    "bert-cls": ("hf-cls", "bert", {}, _config_built("bert"),
+                 "Any BERT-family checkpoint (``pretrained=``), or BERT-base from its config."),
+    "bert-tiny-cls": ("hf-cls", "bert", _config_built("bert"), {},
+                      "A 2-layer, 32-wide BERT classifier from a config, for tests."),
+    "gpt2-lm": ("hf-lm", "gpt2", {}, _config_built("gpt2"),
+                "GPT-2 (``pretrained=`` a hub name or local dir), or GPT-2 small from its config."),
+    "gpt2-tiny-lm": ("hf-lm", "gpt2", _config_built("gpt2"), {},
+                     "A 2-layer, 32-wide GPT-2 from a config, for tests."),
+    "llama-tiny-lm": ("hf-lm", "llama", _config_built("llama"), {},
+                      "A 2-layer, 32-wide Llama (GQA, RMSNorm, RoPE) from a config, for tests."),
+}  # fmt: skip
+"""The HF models that are ``hf-cls`` / ``hf-lm`` with some arguments set. Tiny variants of
+pretrained ones are config-built: minilm-cls's is a 2-layer BERT with MiniLM's tokenizer."""
+
+for _name, (_base, _arch, _defaults, _tiny, _doc) in ALIASES.items():
+    register_alias(_name, _base, _doc, fixed={"arch": _arch}, defaults=_defaults, tiny=_tiny)

@@ -79,23 +79,20 @@ class SchedulerConfig:
         return self.warmup_steps or math.ceil(self.warmup_ratio * total_steps)
 
 
-def _no_decay(module: nn.Module, param_name: str, param: nn.Parameter) -> bool:
-    # Biases, norm weights and other vectors (LayerNorm, BatchNorm, RMSNorm, ...) keep their scale.
-    return param.ndim < 2 or param_name.endswith("bias") or "norm" in type(module).__name__.lower()
-
-
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Split trainable parameters into a decayed group and a no-decay group."""
-    decay, no_decay, seen = [], [], set()
-    for module in model.modules():
-        for name, param in module.named_parameters(recurse=False):
-            if not param.requires_grad or id(param) in seen:
-                continue  # tied weights appear under several modules
-            seen.add(id(param))
-            (no_decay if _no_decay(module, name, param) else decay).append(param)
+    """Split trainable parameters into a decayed group and a no-decay group.
+
+    The split is timm's: biases and every 1-D parameter (norm weights and scales) get no
+    decay; matrices (embeddings, linear and conv weights) do. Tied weights appear once.
+    """
+    from timm.optim import param_groups_weight_decay  # lazy, like the other model libraries
+
+    # timm merges everything into one group when weight_decay is 0; split with 1.0, then set
+    # the rate, so the groups (decay first) and optimizer checkpoints have one layout.
+    split = {g["weight_decay"]: g["params"] for g in param_groups_weight_decay(model, 1.0)}
     return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+        {"params": split.get(1.0, []), "weight_decay": weight_decay},
+        {"params": split.get(0.0, []), "weight_decay": 0.0},
     ]
 
 

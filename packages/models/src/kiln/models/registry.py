@@ -1,11 +1,14 @@
 """The model registry, timm style: ``@register_model`` on a factory, ``create_model(name)``.
 
 Adding a model is one decorated factory (or class) in one file; the tests pick it up
-through ``list_models()`` and build it with its ``tiny`` overrides.
+through ``list_models()`` and build it with its ``tiny`` overrides. A model that is another
+one with some arguments set (``bert-tiny-cls`` is ``hf-cls`` with a BERT arch and a tiny
+config) is data: ``register_alias``.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import fnmatch
 import inspect
@@ -38,10 +41,26 @@ class ModelEntry:
     description: str = ""
     tiny_for: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     """The tiny overrides for given model kwargs, when they depend on them."""
+    alias_of: str | None = None
+    """For an alias: the registered model it sets arguments of (its ``factory`` is that one's)."""
+    fixed: dict[str, Any] = field(default_factory=dict)
+    """Arguments an alias sets that the caller cannot change (the ``arch``)."""
+    defaults: dict[str, Any] = field(default_factory=dict)
+    """Arguments an alias sets that the caller can override (dicts merged one level)."""
 
     def tiny_overrides(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         """The overrides that shrink this model as configured by ``kwargs``."""
         return self.tiny_for(kwargs) if self.tiny_for is not None else dict(self.tiny)
+
+    def factory_kwargs(self, overrides: dict[str, Any]) -> dict[str, Any]:
+        """The factory's arguments for the caller's ``overrides``: an alias adds its own."""
+        for key in self.fixed.keys() & overrides.keys():
+            raise ValueError(
+                f"model {self.name!r} fixes {key}={self.fixed[key]!r}; use model "
+                f"{self.alias_of!r} to choose {key}"
+            )
+        # A copy: a module that changed a default dict in place would change the alias.
+        return {**self.fixed, **merge_kwargs(copy.deepcopy(self.defaults), overrides)}
 
 
 _REGISTRY: dict[str, ModelEntry] = {}
@@ -65,17 +84,57 @@ def register_model(
 
     def decorator(factory: F) -> F:
         key = name or factory.__name__
-        if key in _REGISTRY:
-            raise ValueError(f"model {key!r} is already registered (by {_REGISTRY[key].factory})")
         doc = (factory.__doc__ or "").strip().splitlines()
         tiny_for = tiny if callable(tiny) else None
         default_tiny = tiny({}) if tiny_for is not None else dict(tiny or {})
-        _REGISTRY[key] = ModelEntry(
-            key, factory, task, default_tiny, doc[0] if doc else "", tiny_for
-        )
+        _add(ModelEntry(key, factory, task, default_tiny, doc[0] if doc else "", tiny_for))
         return factory
 
     return decorator
+
+
+def register_alias(
+    name: str,
+    base: str,
+    description: str,
+    *,
+    fixed: dict[str, Any] | None = None,
+    defaults: dict[str, Any] | None = None,
+    tiny: dict[str, Any] | None = None,
+) -> None:
+    """Register ``name`` as the registered model ``base`` with some arguments set.
+
+    Args:
+        name: The alias's registry name.
+        base: The registered model it builds (its task and arguments are the alias's).
+        description: One line for ``list_models`` readers (the factory docstring's role).
+        fixed: Arguments the caller cannot change (passing one fails naming ``base``).
+        defaults: Arguments the caller can override; a dict argument the caller passes
+            (``config_overrides``, ``model_kwargs``) is merged over the default one.
+        tiny: ``create_model`` overrides for the alias's test-sized variant (``{}``: it
+            is already tiny).
+    """
+    target = get_model_entry(base)
+    _add(
+        ModelEntry(
+            name,
+            target.factory,
+            target.task,
+            dict(tiny or {}),
+            description,
+            alias_of=base,
+            fixed=dict(fixed or {}),
+            defaults=dict(defaults or {}),
+        )
+    )
+
+
+def _add(entry: ModelEntry) -> None:
+    if entry.name in _REGISTRY:
+        raise ValueError(
+            f"model {entry.name!r} is already registered (by {_REGISTRY[entry.name].factory})"
+        )
+    _REGISTRY[entry.name] = entry
 
 
 def get_model_entry(name: str) -> ModelEntry:
@@ -89,10 +148,10 @@ def get_model_entry(name: str) -> ModelEntry:
     return _REGISTRY[name]
 
 
-def _merge_tiny(kwargs: dict[str, Any], tiny: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with ``tiny`` on top; dict values (``config_overrides``...) merged one level."""
+def merge_kwargs(kwargs: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with ``top`` on top; dict values (``config_overrides``...) merged one level."""
     merged = dict(kwargs)
-    for key, value in tiny.items():
+    for key, value in top.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = {**merged[key], **value}
         else:
@@ -142,11 +201,12 @@ def create_model(name: str, *, tiny: bool = False, **overrides: Any) -> Any:
     if tiny:
         model_kwargs = {k: v for k, v in overrides.items() if k not in _SHARED_ARGUMENTS}
         try:
-            overrides = _merge_tiny(overrides, entry.tiny_overrides(model_kwargs))
+            overrides = merge_kwargs(overrides, entry.tiny_overrides(model_kwargs))
         except ValueError as err:
             raise ValueError(f"model {name!r} has no tiny variant (tiny=True): {err}") from err
+    kwargs = entry.factory_kwargs(overrides)
     try:
-        return entry.factory(**overrides)
+        return entry.factory(**kwargs)
     except TypeError as err:
         # Python's "got an unexpected keyword argument 'x'" for one of *our* arguments:
         # say which model and what it takes (a TypeError from deeper down passes as is).

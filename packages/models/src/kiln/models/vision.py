@@ -11,12 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from kiln.models.hf import classification_metrics, classification_outputs
-from kiln.models.module import KilnModule, at_least_fp32
+from kiln.models.classification import (
+    classification_loss,
+    classification_metrics,
+    classification_outputs,
+)
+from kiln.models.module import KilnModule
 from kiln.models.optim import OptimizerConfig, SchedulerConfig
-from kiln.models.registry import register_model
+from kiln.models.registry import register_alias, register_model
 
 TINY_RESNET = {"layers": [1, 1, 1, 1], "channels": [8, 16, 32, 64]}
 DIGITS_RESNET = {"layers": [1, 1, 1, 1], "channels": [32, 64, 128, 256]}
@@ -106,8 +109,7 @@ class TimmClassifier(KilnModule):
         return self.model(pixel_values)
 
     def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
-        logits = at_least_fp32(self.model(batch["pixel_values"]))
-        return F.cross_entropy(logits, batch["labels"]), batch["labels"].shape[0]
+        return classification_loss(self.model(batch["pixel_values"]), batch["labels"])
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
         return classification_outputs(self.model(batch["pixel_values"]), batch["labels"])
@@ -155,39 +157,27 @@ def _tiny_timm(kwargs: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-@register_model("resnet-digits", task="image-classification", tiny={"model_kwargs": TINY_RESNET})
-def resnet_digits(**kwargs: Any) -> TimmClassifier:
-    """A half-width ResNet-10 (timm ``resnet18``, one block per stage) at 32x32, for ``digits``."""
-    kwargs.setdefault("img_size", 32)
-    kwargs["model_kwargs"] = {**DIGITS_RESNET, **kwargs.get("model_kwargs", {})}
-    return TimmClassifier(arch="resnet18", **kwargs)
-
-
-@register_model("resnet-tiny", task="image-classification", tiny={})
-def resnet_tiny(**kwargs: Any) -> TimmClassifier:
-    """A one-block-per-stage, 8-to-64-channel ResNet at 16x16, for tests."""
-    kwargs.setdefault("img_size", 16)
-    kwargs["model_kwargs"] = {**TINY_RESNET, **kwargs.get("model_kwargs", {})}
-    return TimmClassifier(arch="resnet18", **kwargs)
-
-
-@register_model("vit-digits", task="image-classification", tiny={"model_kwargs": TINY_VIT})
-def vit_digits(**kwargs: Any) -> TimmClassifier:
-    """A ViT-Tiny (192 wide) with 4x4 patches at 32x32, for ``digits``."""
-    kwargs.setdefault("img_size", 32)
-    kwargs["model_kwargs"] = {"patch_size": 4, **kwargs.get("model_kwargs", {})}
-    return TimmClassifier(arch="vit_tiny_patch16_224", **kwargs)
-
-
-@register_model("vit-tiny", task="image-classification", tiny={})
-def vit_tiny(**kwargs: Any) -> TimmClassifier:
-    """A 2-block, 32-wide ViT with 8x8 patches at 32x32, for tests."""
-    kwargs.setdefault("img_size", 32)
-    kwargs["model_kwargs"] = {**TINY_VIT, **kwargs.get("model_kwargs", {})}
-    return TimmClassifier(arch="vit_tiny_patch16_224", **kwargs)
-
-
 @register_model("timm", task="image-classification", tiny=_tiny_timm)
 def timm_model(arch: str, **kwargs: Any) -> TimmClassifier:
     """Any timm architecture: ``arch=``, ``img_size``, ``num_classes``, ``pretrained``."""
     return TimmClassifier(arch=arch, **kwargs)
+
+
+# name: (fixed arch, defaults, tiny overrides, description); each is ``timm`` with them set
+ALIASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], str]] = {
+    "resnet-digits": ("resnet18", {"img_size": 32, "model_kwargs": DIGITS_RESNET},
+                      {"model_kwargs": TINY_RESNET},
+                      "A half-width ResNet-10 (timm ``resnet18``, one block per stage) at 32x32, "
+                      "for ``digits``."),
+    "resnet-tiny": ("resnet18", {"img_size": 16, "model_kwargs": TINY_RESNET}, {},
+                    "A one-block-per-stage, 8-to-64-channel ResNet at 16x16, for tests."),
+    "vit-digits": ("vit_tiny_patch16_224", {"img_size": 32, "model_kwargs": {"patch_size": 4}},
+                   {"model_kwargs": TINY_VIT},
+                   "A ViT-Tiny (192 wide) with 4x4 patches at 32x32, for ``digits``."),
+    "vit-tiny": ("vit_tiny_patch16_224", {"img_size": 32, "model_kwargs": TINY_VIT}, {},
+                 "A 2-block, 32-wide ViT with 8x8 patches at 32x32, for tests."),
+}  # fmt: skip
+"""The timm models kiln names: ``timm`` with an arch and its size set."""
+
+for _name, (_arch, _defaults, _tiny, _doc) in ALIASES.items():
+    register_alias(_name, "timm", _doc, fixed={"arch": _arch}, defaults=_defaults, tiny=_tiny)

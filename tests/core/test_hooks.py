@@ -7,6 +7,7 @@ import torch
 from toy import ToyTokenModule
 
 from kiln.core import TrainerConfig, fit
+from kiln.core.callbacks.base import StepHooks
 
 
 def cfg(**kw) -> TrainerConfig:
@@ -96,3 +97,27 @@ def test_module_hooks_are_called_once_per_micro_batch_and_step() -> None:
     per_step = ["before_backward", "after_backward", "before_optimizer_step"]
     # batch_idx counts micro-batches within the epoch
     assert module.seen == [h for i in range(3) for h in [*per_step, f"train_batch_end {i}"]]
+
+
+class CallLog:
+    """Records what would be passed to ``fabric.call``."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def call(self, hook: str, *args) -> None:
+        self.calls.append(hook)
+
+
+def test_per_step_hooks_nobody_defines_skip_fabric_call() -> None:
+    # fabric.call inspects every listener's signature per call: skipped when all are no-ops
+    log = CallLog()
+    hooks = StepHooks(log, [ToyTokenModule(), object()])
+    hooks("on_before_backward", torch.zeros(()))
+    hooks("on_train_batch_end", {}, None, 0)
+    assert log.calls == []
+    hooks = StepHooks(log, [ToyTokenModule(), Recorder(ToyTokenModule())])
+    hooks("on_after_backward")
+    hooks = StepHooks(log, [HookedToy()])
+    hooks("on_before_optimizer_step", None)
+    assert log.calls == ["on_after_backward", "on_before_optimizer_step"]

@@ -16,7 +16,7 @@ import torch
 from lightning.fabric.plugins import Precision
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
-from kiln.core.callbacks.base import CallbackStates
+from kiln.core.callbacks.base import CallbackStates, StepHooks
 from kiln.core.config import CompileConfig, TrainerConfig
 from kiln.core.data import training_loader
 from kiln.core.launch import check_world_size, launched_externally
@@ -45,6 +45,7 @@ class Context:
     timer: StepTimer
     counts_tokens: bool  # the module's items are tokens: report tokens/s
     run_config: dict[str, Any] | None
+    hooks: StepHooks  # fabric.call for the per-step hooks
     callback_states: CallbackStates = field(default_factory=lambda: CallbackStates([]))
 
     @property
@@ -103,6 +104,7 @@ def setup(
         timer=StepTimer(fabric.device),
         counts_tokens=bool(getattr(module, "items_are_tokens", False)),
         run_config=run_config,
+        hooks=StepHooks(fabric, [module, *(callbacks or [])]),
         callback_states=CallbackStates(callbacks or []),
     )
 

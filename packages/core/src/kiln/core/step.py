@@ -41,7 +41,7 @@ def train_step(ctx: Context, run: RunState, window: list[Any]) -> StepOutput:
     run.skipped_steps += skipped
     run.global_step = step
     run.batch_in_epoch += len(window)
-    ctx.fabric.call("on_train_batch_end", *last)  # as in Lightning: after the window's step
+    ctx.hooks("on_train_batch_end", *last)  # as in Lightning: after the window's step
     if run.batch_in_epoch >= ctx.batches_per_epoch:
         ctx.fabric.call("on_train_epoch_end")
         run.epoch += 1
@@ -77,12 +77,12 @@ def train_window(
                 _check_counts(n, counts[j])
             # DDP averages gradients over ranks, hence * world: the sum runs over all items.
             weighted = _weighted(loss, n, world, total)
-            fabric.call("on_before_backward", weighted)
+            ctx.hooks("on_before_backward", weighted)
             fabric.backward(weighted)
-            fabric.call("on_after_backward")
+            ctx.hooks("on_after_backward")
         loss_sum += loss.detach().to(loss_sum.dtype) * n
         if j < len(window) - 1:
-            fabric.call("on_train_batch_end", out, batch, first_batch_idx + j)
+            ctx.hooks("on_train_batch_end", out, batch, first_batch_idx + j)
     return loss_sum, total, (out, batch, first_batch_idx + len(window) - 1)
 
 
@@ -118,7 +118,7 @@ def optimizer_step(
     optimizer, scaler = ctx.optimizer, ctx.scaler
     if isinstance(total, int):
         check_window_total(total, step)  # host integer: free to check before the update
-    ctx.fabric.call("on_before_optimizer_step", optimizer)  # as in Lightning: before clipping
+    ctx.hooks("on_before_optimizer_step", optimizer)  # as in Lightning: before clipping
     grad_norm = _clip(ctx, step, total)
     lr = float(optimizer.param_groups[0]["lr"])  # a tensor lr (compiled optimizers) is read here
     scale_before = scaler.get_scale() if scaler is not None else None

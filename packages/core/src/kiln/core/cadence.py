@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -53,18 +54,30 @@ class Cadence:
         """Log, validate and checkpoint as ``trainer`` says; all three at the last step."""
         trainer, run = self.ctx.trainer, self.run
         self._pending.append(_PendingLoss(out.step, out.loss_sum, out.total))
-        done = run.global_step >= self.ctx.total_steps
-        if done or _every(run.global_step, trainer.log_every_n_steps):
+        # a stop requested by a callback makes this the last step
+        done = run.global_step >= self.ctx.total_steps or run.stop_reason is not None
+        logged = done or _every(run.global_step, trainer.log_every_n_steps)
+        if logged:
             self.log(out.grad_norm)
         else:
             self.progress.update(run.global_step, None, None)
         if done or _every(run.global_step, trainer.val_every_n_steps):
-            metrics = validate(self.ctx, run.global_step)
-            run.metrics = run.metrics if metrics is None else metrics
+            self.validate()
+        if run.stop_reason is not None and not done:  # stopped at this validation
+            done = True
+            if not logged:
+                self.log(out.grad_norm)
         if trainer.checkpoint_dir is not None and (
             done or _every(run.global_step, trainer.checkpoint_every_n_steps)
         ):
             self.checkpoint()
+
+    def validate(self) -> None:
+        """Validate; hand the metrics to ``on_validation_metrics`` (EMA weights are back)."""
+        metrics = validate(self.ctx, self.run.global_step)
+        if metrics is not None:
+            self.run.metrics = metrics
+            self.ctx.fabric.call("on_validation_metrics", metrics)
 
     def log(self, grad_norm: torch.Tensor | None) -> None:
         """Log the latest step's loss, learning rate and grad norm; update the progress."""
@@ -84,19 +97,27 @@ class Cadence:
         self.progress.update(run.global_step, loss, throughput)
         ctx.watch.check()
 
-    def checkpoint(self) -> None:
-        """Save the run where it stands (after checking the losses since the last sync)."""
+    def checkpoint(self, path: Path | None = None) -> Path:
+        """Save the run where it stands (after checking the losses since the last sync).
+
+        Args:
+            path: Save there (e.g. ``best.ckpt``) instead of as the step's checkpoint in
+                ``trainer.checkpoint_dir``; such a file is not the run's newest checkpoint.
+        """
         ctx, run = self.ctx, self.run
         self.flush()  # never save weights after a non-finite loss
         state = {**ctx.objects, **run.state(), "config": ctx.run_config}
-        path = save_checkpoint(
+        saved = save_checkpoint(
             ctx.fabric,
-            ctx.trainer.checkpoint_dir,
+            ctx.trainer.checkpoint_dir if path is None else path.parent,
             run.global_step,
             state,
             keep_last_k=ctx.trainer.keep_last_k,
+            name=None if path is None else path.name,
         )
-        run.checkpoint = str(path)
+        if path is None:
+            run.checkpoint = str(saved)
+        return saved
 
     def flush(self) -> list[tuple[int, float]]:
         """Bring pending step losses to the host (a sync point); stop on a non-finite one.

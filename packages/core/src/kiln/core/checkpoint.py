@@ -229,7 +229,12 @@ def _prune(directory: Path, keep_last_k: int) -> None:
 
 
 def save_checkpoint(
-    fabric: Fabric, directory: str | Path, step: int, state: dict, keep_last_k: int
+    fabric: Fabric,
+    directory: str | Path,
+    step: int,
+    state: dict,
+    keep_last_k: int,
+    name: str | None = None,
 ) -> Path:
     """Save ``state`` atomically as the checkpoint of ``step``; keep the newest ``keep_last_k``.
 
@@ -244,6 +249,8 @@ def save_checkpoint(
         step: The optimizer step the checkpoint holds (names the file).
         state: What to save; ``"rng"`` is reserved.
         keep_last_k: How many of the newest checkpoints to keep (>= 1).
+        name: A file name to save under instead of ``step-<step>.ckpt`` (e.g.
+            ``best.ckpt``); such a file is never pruned nor found by ``resume="auto"``.
 
     Returns:
         The checkpoint's final path.
@@ -253,7 +260,7 @@ def save_checkpoint(
     if "rng" in state:
         raise ValueError("state key 'rng' is reserved: it holds each rank's RNG state")
     directory = Path(directory)
-    final = checkpoint_path(directory, step)
+    final = checkpoint_path(directory, step) if name is None else _named(directory, name)
     temp = final.with_name(final.name + _TEMP_SUFFIX)
     if fabric.is_global_zero:
         directory.mkdir(parents=True, exist_ok=True)
@@ -274,6 +281,15 @@ def save_checkpoint(
         _prune(directory, keep_last_k)
     fabric.barrier()
     return final
+
+
+def _named(directory: Path, name: str) -> Path:
+    if Path(name).name != name or _CHECKPOINT_NAME.match(name) or name.endswith(_TEMP_SUFFIX):
+        raise ValueError(
+            f"name={name!r} is not valid: give a plain file name that is not named like the "
+            "loop's own step-<N>.ckpt checkpoints (e.g. 'best.ckpt')"
+        )
+    return directory / name
 
 
 # -- loading ------------------------------------------------------------------------------

@@ -29,7 +29,22 @@ The LightningModule defines the hooks and the Fabric loop calls them (the seed s
   the training loader's sampler so the data order depends only on (seed, epoch), which
   makes mid-epoch resume exact.
 - ``on_*`` hooks (``on_fit_start``, ``on_train_epoch_start``, ``on_validation_start``,
-  ``on_fit_end``, ...) are called through ``fabric.call`` if defined.
+  ``on_fit_end``, ...) are called through ``fabric.call`` if defined, on the module and on
+  every object passed to ``fit(callbacks=...)``.
+- Per-step hooks, with Lightning's signatures, once per call site (no host sync added):
+  ``on_before_backward(loss)`` and ``on_after_backward()`` around each micro-batch's
+  backward (``loss`` is what is backpropagated: the micro-batch's share of the window's
+  loss); ``on_before_optimizer_step(optimizer)`` once per window, after the last backward
+  and before gradient clipping (with ``16-mixed`` the gradients are still scaled);
+  ``on_train_batch_end(outputs, batch, batch_idx)`` once per *micro-batch*, as in
+  Lightning, with that micro-batch's ``training_step`` dict; ``batch_idx`` counts
+  micro-batches within the epoch. The window's last micro-batch ends after the optimizer
+  step (gradients zeroed, ``global_step`` advanced), the others right after their backward.
+- kiln's own hooks (``kiln.core.callbacks.base``): ``on_loop_start(loop)`` once, after
+  setup and resume, with a ``kiln.core.callbacks.Loop`` (``global_step``, ``metrics``,
+  ``request_stop(reason)``, ``save_checkpoint(path)``); ``on_validation_metrics(metrics)``
+  after each validation, with its ``val/`` metrics. Callbacks with ``state_dict()`` and
+  ``load_state_dict()`` are saved in checkpoints under ``callbacks/<ClassName>``.
 
 The loop compiles the whole module (``torch.compile(module)``) before ``fabric.setup``;
 Fabric routes ``training_step``/``validation_step`` through the compiled ``forward``,

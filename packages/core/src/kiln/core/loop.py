@@ -28,6 +28,7 @@ import lightning as L
 import torch
 
 from kiln.core.cadence import Cadence
+from kiln.core.callbacks.base import Loop
 from kiln.core.config import CompileConfig, TrainerConfig
 from kiln.core.data import set_epoch
 from kiln.core.errors import EmptyWindowError, NonFiniteGradientError, NonFiniteLossError
@@ -81,10 +82,12 @@ def fit(
         resume_rng = resume(ctx, run)
         cadence = Cadence(ctx, run)
         windows = train_windows(ctx, run, resume_rng)
+        ctx.fabric.call("on_loop_start", Loop(ctx, run, cadence.checkpoint))
         ctx.fabric.call("on_fit_start")
         ctx.model.train()
         with cadence.progress:
-            while run.global_step < ctx.total_steps:
+            # a stop a callback requested is honoured here, at the step boundary
+            while run.global_step < ctx.total_steps and run.stop_reason is None:
                 cadence.after_step(train_step(ctx, run, next(windows)))
         ctx.fabric.call("on_fit_end")
         return finish(ctx, run)
@@ -119,6 +122,9 @@ def _start_epoch(ctx: Context, run: RunState) -> Iterator[Any]:
 def finish(ctx: Context, run: RunState) -> FitResult:
     """Gather the run's telemetry, log it once, finalize the loggers, return the result."""
     fabric = ctx.fabric
+    if run.stop_reason is None:
+        at_max_steps = ctx.total_steps == ctx.trainer.max_steps
+        run.stop_reason = "max_steps" if at_max_steps else "max_epochs"
     telemetry = {
         **ctx.watch.snapshot(),
         **ctx.timer.summary(ctx.trainer.warmup_steps),

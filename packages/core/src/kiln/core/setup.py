@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
@@ -16,6 +16,7 @@ import torch
 from lightning.fabric.plugins import Precision
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
+from kiln.core.callbacks.base import CallbackStates, StepHooks
 from kiln.core.config import CompileConfig, TrainerConfig
 from kiln.core.data import training_loader
 from kiln.core.launch import check_world_size, launched_externally
@@ -44,6 +45,8 @@ class Context:
     timer: StepTimer
     counts_tokens: bool  # the module's items are tokens: report tokens/s
     run_config: dict[str, Any] | None
+    hooks: StepHooks  # fabric.call for the per-step hooks
+    callback_states: CallbackStates = field(default_factory=lambda: CallbackStates([]))
 
     @property
     def objects(self) -> dict[str, Any]:
@@ -53,6 +56,8 @@ class Context:
             objects["scheduler"] = self.scheduler
         if self.scaler is not None:
             objects["scaler"] = self.scaler
+        if self.callback_states:  # callbacks with state_dict(): "callbacks/<key>"
+            objects["callbacks"] = self.callback_states
         return objects
 
 
@@ -99,6 +104,8 @@ def setup(
         timer=StepTimer(fabric.device),
         counts_tokens=bool(getattr(module, "items_are_tokens", False)),
         run_config=run_config,
+        hooks=StepHooks(fabric, [module, *(callbacks or [])]),
+        callback_states=CallbackStates(callbacks or []),
     )
 
 

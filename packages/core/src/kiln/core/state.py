@@ -17,6 +17,8 @@ class FitResult:
     telemetry: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     checkpoint: str | None = None
+    # "max_steps", "max_epochs", or the reason a callback gave loop.request_stop(reason)
+    stop_reason: str | None = None
 
 
 @dataclass
@@ -32,6 +34,7 @@ class RunState:
     checkpoint: str | None = None  # the newest checkpoint this run wrote
     lr: float | None = None  # the learning rate the latest step used
     counts_checked: bool = False  # count_items was compared with num_items (once per process)
+    stop_reason: str | None = None  # a callback asked the run to stop (saved: resume stays stopped)
 
     def state(self) -> dict[str, Any]:
         return {
@@ -41,6 +44,7 @@ class RunState:
             "skipped_steps": self.skipped_steps,
             "history": list(self.history),
             "metrics": dict(self.metrics),
+            "stop_reason": self.stop_reason,
         }
 
     def load(self, state: dict[str, Any]) -> None:
@@ -48,6 +52,7 @@ class RunState:
             setattr(self, key, int(state[key]))
         self.history = list(state.get("history", []))
         self.metrics = dict(state.get("metrics", {}))
+        self.stop_reason = state.get("stop_reason")
 
     def result(self, telemetry: dict[str, Any] | None = None) -> FitResult:
         """The run so far as a :class:`FitResult` (copies: the run may go on)."""
@@ -59,4 +64,5 @@ class RunState:
             telemetry=dict(telemetry or {}),
             history=list(self.history),
             checkpoint=self.checkpoint,
+            stop_reason=self.stop_reason,
         )

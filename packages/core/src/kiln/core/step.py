@@ -35,12 +35,13 @@ def train_step(ctx: Context, run: RunState, window: list[Any]) -> StepOutput:
     """Train on ``window`` and take one optimizer step; advance ``run`` past it."""
     ctx.timer.start()
     check, run.counts_checked = not run.counts_checked, True  # once: count_items vs num_items
-    loss_sum, total = train_window(ctx, window, run.batch_in_epoch, check)
+    loss_sum, total, last = train_window(ctx, window, run.batch_in_epoch, check)
     step = run.global_step + 1
     grad_norm, skipped, run.lr = optimizer_step(ctx, step, total)
     run.skipped_steps += skipped
     run.global_step = step
     run.batch_in_epoch += len(window)
+    ctx.hooks("on_train_batch_end", *last)  # as in Lightning: after the window's step
     if run.batch_in_epoch >= ctx.batches_per_epoch:
         ctx.fabric.call("on_train_epoch_end")
         run.epoch += 1
@@ -52,11 +53,15 @@ def train_step(ctx: Context, run: RunState, window: list[Any]) -> StepOutput:
 
 def train_window(
     ctx: Context, window: list[Any], first_batch_idx: int, check: bool
-) -> tuple[torch.Tensor, int | torch.Tensor]:
-    """Forward and backward every micro-batch of a window; returns (loss sum, item total).
+) -> tuple[torch.Tensor, int | torch.Tensor, tuple[Any, Any, int]]:
+    """Forward and backward every micro-batch of a window.
 
     Each micro-batch's mean loss is weighted by its share of the window's items over all
     ranks, so the accumulated gradient is that of one batch holding the whole window.
+
+    Returns:
+        The loss sum, the item total, and the ``on_train_batch_end`` arguments of the last
+        micro-batch (``outputs, batch, batch_idx``): that hook runs after the optimizer step.
     """
     fabric, model = ctx.fabric, ctx.model
     world = fabric.world_size
@@ -71,9 +76,14 @@ def train_window(
             if check:
                 _check_counts(n, counts[j])
             # DDP averages gradients over ranks, hence * world: the sum runs over all items.
-            fabric.backward(_weighted(loss, n, world, total))
+            weighted = _weighted(loss, n, world, total)
+            ctx.hooks("on_before_backward", weighted)
+            fabric.backward(weighted)
+            ctx.hooks("on_after_backward")
         loss_sum += loss.detach().to(loss_sum.dtype) * n
-    return loss_sum, total
+        if j < len(window) - 1:
+            ctx.hooks("on_train_batch_end", out, batch, first_batch_idx + j)
+    return loss_sum, total, (out, batch, first_batch_idx + len(window) - 1)
 
 
 def _window_total(fabric: L.Fabric, counts: list[int | torch.Tensor]) -> int | torch.Tensor:
@@ -108,6 +118,7 @@ def optimizer_step(
     optimizer, scaler = ctx.optimizer, ctx.scaler
     if isinstance(total, int):
         check_window_total(total, step)  # host integer: free to check before the update
+    ctx.hooks("on_before_optimizer_step", optimizer)  # as in Lightning: before clipping
     grad_norm = _clip(ctx, step, total)
     lr = float(optimizer.param_groups[0]["lr"])  # a tensor lr (compiled optimizers) is read here
     scale_before = scaler.get_scale() if scaler is not None else None

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from kiln.core.checkpoint import save_checkpoint
-from kiln.core.errors import NonFiniteLossError, check_window_total
+from kiln.core.errors import NonFiniteLossError, check_finite_weights, check_window_total
 from kiln.core.progress import Progress
 from kiln.core.setup import Context
 from kiln.core.state import RunState
@@ -85,16 +85,25 @@ class Cadence:
         ctx.watch.check()
 
     def checkpoint(self) -> None:
-        """Save the run where it stands (after checking the losses since the last sync)."""
+        """Save the run where it stands (after checking the losses since the last sync and
+        the weights themselves)."""
         ctx, run = self.ctx, self.run
         self.flush()  # never save weights after a non-finite loss
-        state = {**ctx.objects, **run.state(), "config": ctx.run_config}
+        # the loss is computed before the update: only the weights show an overflowed step
+        check_finite_weights(ctx.fabric, ctx.model, run.global_step)
+        state = {
+            **ctx.objects,
+            **run.state(),
+            "config": ctx.run_config,
+            "world_size": ctx.fabric.world_size,
+        }
         path = save_checkpoint(
             ctx.fabric,
             ctx.trainer.checkpoint_dir,
             run.global_step,
             state,
             keep_last_k=ctx.trainer.keep_last_k,
+            run_id=run.run_id,
         )
         run.checkpoint = str(path)
 

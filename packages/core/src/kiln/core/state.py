@@ -17,6 +17,7 @@ class FitResult:
     telemetry: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     checkpoint: str | None = None
+    run_id: str | None = None  # the run's id in its checkpoint dir's run.json and checkpoints
 
 
 @dataclass
@@ -32,6 +33,7 @@ class RunState:
     checkpoint: str | None = None  # the newest checkpoint this run wrote
     lr: float | None = None  # the learning rate the latest step used
     counts_checked: bool = False  # count_items was compared with num_items (once per process)
+    run_id: str | None = None  # set by the resume stage: kept across restarts
 
     def state(self) -> dict[str, Any]:
         return {
@@ -41,6 +43,7 @@ class RunState:
             "skipped_steps": self.skipped_steps,
             "history": list(self.history),
             "metrics": dict(self.metrics),
+            "run_id": self.run_id,
         }
 
     def load(self, state: dict[str, Any]) -> None:
@@ -48,6 +51,7 @@ class RunState:
             setattr(self, key, int(state[key]))
         self.history = list(state.get("history", []))
         self.metrics = dict(state.get("metrics", {}))
+        self.run_id = state.get("run_id")
 
     def result(self, telemetry: dict[str, Any] | None = None) -> FitResult:
         """The run so far as a :class:`FitResult` (copies: the run may go on)."""
@@ -59,4 +63,5 @@ class RunState:
             telemetry=dict(telemetry or {}),
             history=list(self.history),
             checkpoint=self.checkpoint,
+            run_id=self.run_id,
         )

@@ -149,3 +149,12 @@ def test_non_finite_weights_never_reach_a_checkpoint(tmp_path) -> None:
     assert error.value.kiln_result.history[0]["train/loss"] < 1e8  # a finite first loss
     assert not list((tmp_path / "ckpt").glob("step-*"))
     assert not all(torch.isfinite(v).all() for v in weights(module).values())
+
+
+def test_resuming_on_another_world_size_fails_naming_both(tmp_path, reference) -> None:
+    saved = torch.load(reference["stopped"] / "ckpt" / "step-00000006.ckpt", weights_only=True)
+    other = tmp_path / "two-ranks.ckpt"
+    torch.save({**saved, "world_size": 2}, other)
+    assert read_checkpoint_meta(other)["world_size"] == 2
+    with pytest.raises(ValueError, match=f"{other} was written by a run on 2 processes.* has 1"):
+        fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path, STEPS, resume=str(other)))

@@ -33,6 +33,20 @@ class ToySequences(Dataset):
         return {"input_ids": self.ids[i], "labels": self.labels[i]}
 
 
+class CountedDataset(Dataset):
+    """Counts the samples loaded from ``data`` (a resume must not load skipped ones)."""
+
+    def __init__(self, data: Dataset) -> None:
+        self.data, self.calls = data, 0
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int):
+        self.calls += 1
+        return self.data[i]
+
+
 class ToyTokenModule(L.LightningModule):
     """Per-token classifier whose loss averages over non-padding tokens."""
 

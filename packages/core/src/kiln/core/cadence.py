@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from kiln.core.checkpoint import save_checkpoint
-from kiln.core.errors import NonFiniteLossError, check_window_total
+from kiln.core.errors import NonFiniteLossError, check_finite_weights, check_window_total
 from kiln.core.progress import Progress
 from kiln.core.setup import Context
 from kiln.core.state import RunState
@@ -98,7 +98,8 @@ class Cadence:
         ctx.watch.check()
 
     def checkpoint(self, path: Path | None = None) -> Path:
-        """Save the run where it stands (after checking the losses since the last sync).
+        """Save the run where it stands (after checking the losses since the last sync and
+        the weights themselves).
 
         Args:
             path: Save there (e.g. ``best.ckpt``) instead of as the step's checkpoint in
@@ -106,7 +107,14 @@ class Cadence:
         """
         ctx, run = self.ctx, self.run
         self.flush()  # never save weights after a non-finite loss
-        state = {**ctx.objects, **run.state(), "config": ctx.run_config}
+        # the loss is computed before the update: only the weights show an overflowed step
+        check_finite_weights(ctx.fabric, ctx.model, run.global_step)
+        state = {
+            **ctx.objects,
+            **run.state(),
+            "config": ctx.run_config,
+            "world_size": ctx.fabric.world_size,
+        }
         saved = save_checkpoint(
             ctx.fabric,
             ctx.trainer.checkpoint_dir if path is None else path.parent,
@@ -114,6 +122,7 @@ class Cadence:
             state,
             keep_last_k=ctx.trainer.keep_last_k,
             name=None if path is None else path.name,
+            run_id=run.run_id,
         )
         if path is None:
             run.checkpoint = str(saved)

@@ -2,7 +2,9 @@
 
 A checkpoint is ``<dir>/step-<global_step:08d>.ckpt``, written by ``fabric.save`` to a temporary
 name in the same directory and renamed into place only once it is complete, so a crash
-mid-write never spoils the newest good checkpoint. Module state dicts never carry
+mid-write never spoils the newest good checkpoint. The directory's ``run.json`` (see
+``rundir``) then records it with its sha256: only recorded files are resumed from or pruned,
+and a file whose bytes changed is reported as damaged, by path. Module state dicts never carry
 ``torch.compile``'s ``_orig_mod.`` prefix, so eager and compiled runs share checkpoints.
 Everything is stored as tensors and plain Python values, so checkpoints load with
 ``torch.load(weights_only=True)``.
@@ -11,8 +13,8 @@ Everything is stored as tensors and plain Python values, so checkpoints load wit
 from __future__ import annotations
 
 import os
+import pickle
 import random
-import re
 import shutil
 import warnings
 import zipfile
@@ -29,7 +31,16 @@ from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.fabric.wrappers import _unwrap_objects
 from torch._dynamo.eval_frame import OptimizedModule
 
-_CHECKPOINT_NAME = re.compile(r"^step-(\d+)\.ckpt$")
+from kiln.core.rundir import (
+    CHECKPOINT_NAME,
+    DamagedCheckpointError,
+    RunFile,
+    new_run_id,
+    read_run_file,
+    sha256_of,
+    write_run_file,
+)
+
 _TEMP_SUFFIX = ".tmp"
 _COMPILED_PREFIX = "_orig_mod."
 # fabric.load restores these strategies' module state from one plain state dict, which lets
@@ -119,7 +130,7 @@ def _list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
         return []
     found = []
     for path in directory.iterdir():
-        match = _CHECKPOINT_NAME.match(path.name)
+        match = CHECKPOINT_NAME.match(path.name)
         if match:
             found.append((int(match.group(1)), path))
     return sorted(found)
@@ -138,19 +149,45 @@ def _is_complete(path: Path) -> bool:
         return False
 
 
-def find_latest_checkpoint(directory: str | Path) -> Path | None:
-    """The newest complete ``step-*.ckpt`` in ``directory`` by step number, or ``None``.
+def checkpoint_candidates(directory: str | Path) -> list[Path]:
+    """The checkpoints a resume may use, newest first: those ``run.json`` records (in the
+    order written), or, in a directory without one (older kiln), every ``step-*.ckpt``."""
+    directory = Path(directory)
+    recorded = read_run_file(directory)
+    if recorded is not None:
+        return [directory / name for name in reversed(recorded.checkpoints)]
+    return [path for _, path in reversed(_list_checkpoints(directory))]
 
-    Temporary files of interrupted saves are never considered; files that are named like
-    checkpoints but are truncated or unreadable are skipped with a warning.
+
+def damage(path: str | Path) -> str | None:
+    """Why ``path`` cannot be a good checkpoint (missing, incomplete, checksum mismatch), or
+    ``None``. Reads the whole file once when ``run.json`` records its checksum."""
+    path = Path(path)
+    if not path.exists():
+        return "the file is missing"
+    if not _is_complete(path):
+        return "the file is incomplete or unreadable (truncated?)"
+    recorded = read_run_file(path.parent)
+    expected = None
+    if recorded is not None:
+        expected = recorded.checkpoints.get(path.name, recorded.named.get(path.name))
+    if expected is not None and sha256_of(path) != expected:
+        return f"its sha256 does not match the one {path.parent / 'run.json'} recorded"
+    return None
+
+
+def find_latest_checkpoint(directory: str | Path) -> Path | None:
+    """The newest intact checkpoint in ``directory`` (see :func:`checkpoint_candidates`).
+
+    Temporary files of interrupted saves are never considered; damaged files (truncated,
+    unreadable, or not matching their recorded checksum) are skipped with a warning that
+    names them.
     """
-    for step, path in reversed(_list_checkpoints(Path(directory))):
-        if _is_complete(path):
+    for path in checkpoint_candidates(directory):
+        problem = damage(path)
+        if problem is None:
             return path
-        warnings.warn(
-            f"skipping checkpoint {path} (step {step}): the file is incomplete or unreadable",
-            stacklevel=2,
-        )
+        warnings.warn(f"skipping damaged checkpoint {path}: {problem}", stacklevel=2)
     return None
 
 
@@ -218,10 +255,28 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _prune(directory: Path, keep_last_k: int) -> None:
-    """Keep the newest ``keep_last_k`` checkpoints; remove leftovers of interrupted saves."""
-    for _, path in _list_checkpoints(directory)[:-keep_last_k]:
-        _remove(path)
+def _record_and_prune(
+    directory: Path, final: Path, keep_last_k: int, run_id: str | None, named: bool
+) -> None:
+    """Record ``final`` with its checksum in ``run.json``; keep this run's newest K files."""
+    recorded = read_run_file(directory) or RunFile(run_id or new_run_id())
+    if run_id is not None and recorded.run_id != run_id:
+        raise RuntimeError(
+            f"{directory / 'run.json'} names run {recorded.run_id}, not {run_id}: "
+            "a checkpoint directory belongs to one run"
+        )
+    if named:  # best.ckpt and the like: checksummed, but neither pruned nor resumed from
+        recorded.named[final.name] = sha256_of(final)
+        write_run_file(directory, recorded)
+        return
+    recorded.checkpoints.pop(final.name, None)  # re-saved: now the newest
+    recorded.checkpoints[final.name] = sha256_of(final)
+    names = list(recorded.checkpoints)
+    stale = names[:-keep_last_k]
+    recorded.checkpoints = {name: recorded.checkpoints[name] for name in names[-keep_last_k:]}
+    write_run_file(directory, recorded)  # first forget, then delete: never list a lost file
+    for name in stale:
+        _remove(directory / name)
     # save_checkpoint is collective and has just renamed its own temp file, so any temp
     # file left here belongs to an earlier, interrupted save
     for path in directory.glob(f"step-*.ckpt{_TEMP_SUFFIX}"):
@@ -235,8 +290,12 @@ def save_checkpoint(
     state: dict,
     keep_last_k: int,
     name: str | None = None,
+    run_id: str | None = None,
 ) -> Path:
     """Save ``state`` atomically as the checkpoint of ``step``; keep the newest ``keep_last_k``.
+
+    Once renamed into place, the file is recorded with its sha256 in the directory's
+    ``run.json``; pruning removes only files recorded there.
 
     Must be called on every rank. ``state`` maps names to Fabric-saveable objects (the
     Fabric-wrapped model, optimizer, scheduler, grad scaler...) and plain values (global
@@ -251,6 +310,8 @@ def save_checkpoint(
         keep_last_k: How many of the newest checkpoints to keep (>= 1).
         name: A file name to save under instead of ``step-<step>.ckpt`` (e.g.
             ``best.ckpt``); such a file is never pruned nor found by ``resume="auto"``.
+        run_id: The run the directory belongs to (``run.json`` is created with it, or must
+            name it); ``None`` uses the directory's run, or a new one.
 
     Returns:
         The checkpoint's final path.
@@ -278,13 +339,13 @@ def save_checkpoint(
             shutil.rmtree(final)
         os.replace(temp, final)
         _fsync_directory(directory)
-        _prune(directory, keep_last_k)
+        _record_and_prune(directory, final, keep_last_k, run_id, named=name is not None)
     fabric.barrier()
     return final
 
 
 def _named(directory: Path, name: str) -> Path:
-    if Path(name).name != name or _CHECKPOINT_NAME.match(name) or name.endswith(_TEMP_SUFFIX):
+    if Path(name).name != name or CHECKPOINT_NAME.match(name) or name.endswith(_TEMP_SUFFIX):
         raise ValueError(
             f"name={name!r} is not valid: give a plain file name that is not named like the "
             "loop's own step-<N>.ckpt checkpoints (e.g. 'best.ckpt')"
@@ -325,9 +386,62 @@ def _load_module(fabric: Fabric, path: Path, name: str, module: torch.nn.Module,
         ) from error
 
 
+def _unreadable(path: Path, error: BaseException) -> DamagedCheckpointError:
+    """A damaged-checkpoint error for a load that failed, without torch's advice to load
+    with ``weights_only=False`` (a damaged or foreign file is no reason to run its code)."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    detail = next((line for line in lines if line.startswith("WeightsUnpickler error")), None)
+    if detail is None:
+        detail = lines[0] if lines and "weights_only" not in lines[0] else type(error).__name__
+    return DamagedCheckpointError(
+        f"checkpoint {path} is damaged or not a kiln checkpoint: it cannot be read back "
+        f"({detail}); resume from an intact checkpoint (resume='auto' skips damaged ones)"
+    )
+
+
+_UNREADABLE = (pickle.UnpicklingError, EOFError, RuntimeError, ValueError, zipfile.BadZipFile)
+
+
+def _read(path: Path, **kwargs: Any) -> dict:
+    """``torch.load`` of a checkpoint file on the CPU; a damaged file fails naming its path."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, **kwargs)
+    except _UNREADABLE as error:
+        raise _unreadable(path, error) from None
+
+
+def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
+    """What a checkpoint says about its run, without Fabric and without loading the model.
+
+    Args:
+        path: A checkpoint written by ``fit`` (a file, or a sharded checkpoint directory).
+
+    Returns:
+        ``config`` (the ``run_config`` given to ``fit``), ``global_step``, ``epoch``,
+        ``world_size`` (processes that wrote it) and ``run_id`` (``None`` where absent).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        DamagedCheckpointError: It cannot be read back; the message names it.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint {path} does not exist")
+    # a sharded checkpoint keeps its plain values in meta.pt; mmap reads no tensor eagerly
+    saved = _read(path / "meta.pt") if path.is_dir() else _read(path, mmap=True)
+    rng = saved.get("rng")
+    return {
+        "config": saved.get("config"),
+        "global_step": saved.get("global_step"),
+        "epoch": saved.get("epoch"),
+        "world_size": saved.get("world_size", len(rng) if isinstance(rng, list) else None),
+        "run_id": saved.get("run_id"),
+    }
+
+
 def _load_plain(fabric: Fabric, path: Path, state: dict) -> dict:
     """What ``fabric.load(path, state)`` does, with key checks and prefix handling for modules."""
-    checkpoint = fabric.load(path)
+    checkpoint = _read(path)
     absent = [k for k in state if k not in checkpoint]
     if absent:
         raise KeyError(
@@ -349,7 +463,9 @@ def load_checkpoint(fabric: Fabric, path: str | Path, state: dict) -> dict:
     """Restore the objects in ``state`` in place from ``path``; return the other saved values.
 
     Must be called on every rank. Modules load strictly; a checkpoint of another model fails
-    with an error that names the checkpoint and lists missing and unexpected keys.
+    with an error that names the checkpoint and lists missing and unexpected keys. A damaged
+    file (checksum mismatch with ``run.json``, truncated, unpicklable) raises
+    :class:`~kiln.core.rundir.DamagedCheckpointError` naming it, before any object changes.
     Checkpoints whose keys carry ``_orig_mod.`` (written by other tools) load too.
 
     Args:
@@ -367,11 +483,17 @@ def load_checkpoint(fabric: Fabric, path: str | Path, state: dict) -> dict:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
+    # one rank reads the bytes for the checksum; every rank gets its verdict
+    problem = fabric.broadcast(damage(path) if fabric.is_global_zero else None)
+    if problem is not None:
+        raise DamagedCheckpointError(f"checkpoint {path} is damaged: {problem}")
     if isinstance(fabric.strategy, _PLAIN_STATE_STRATEGIES) and path.is_file():
         remainder = _load_plain(fabric, path, state)
     else:
         try:
             remainder = fabric.load(path, state)
+        except (pickle.UnpicklingError, EOFError) as error:
+            raise _unreadable(path, error) from None
         except (KeyError, RuntimeError) as error:
             raise RuntimeError(f"could not load checkpoint {path}: {error}") from error
 

@@ -4,18 +4,58 @@ validation outputs gathered across ranks in dataset order."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from itertools import islice
+from typing import Any
 
 import torch
 from lightning.fabric import Fabric
-from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    Sampler,
+)
+
+
+class EpochBatches(Sampler[list[int]]):
+    """The batches of indices of one epoch, from where the run stands.
+
+    kiln owns the epoch here. Fabric's dataloader wrapper would call
+    ``sampler.set_epoch(n)`` with its own count of ``iter()`` calls, which restarts at 0 in a
+    resumed process (a run resumed in epoch 1 would replay epoch 0's order), so the training
+    loader is never wrapped by Fabric and this class has no ``set_epoch`` for anything to
+    call: :meth:`start` is the one way in. Skipping happens on the indices, so a resumed
+    run never loads or collates the micro-batches it already trained on.
+    """
+
+    def __init__(self, batches: Any) -> None:
+        self.batches = batches  # a BatchSampler (or the user's batch sampler)
+        self._skip = 0
+
+    def start(self, epoch: int, skip: int = 0) -> None:
+        """Point the next iteration at ``epoch``, leaving out its first ``skip`` batches."""
+        for sampler in (self.batches, getattr(self.batches, "sampler", None)):
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(epoch)
+        self._skip = skip
+
+    def __iter__(self) -> Iterator[list[int]]:
+        skip, self._skip = self._skip, 0
+        return islice(iter(self.batches), skip, None)  # index lists only: cheap
+
+    def __len__(self) -> int:
+        return len(self.batches) - self._skip
 
 
 def training_loader(loader: DataLoader, fabric: Fabric, seed: int) -> DataLoader:
-    """Rebuild ``loader`` with a seeded sampler and set it up with Fabric.
+    """Rebuild ``loader`` with a seeded sampler driven by :class:`EpochBatches`.
 
     The order of epoch ``e`` is a function of ``(seed, e)`` alone, and iterator creation
     draws no global random numbers, so a run resumed mid-epoch sees exactly the batches
-    an uninterrupted run sees.
+    an uninterrupted run sees. Iterate it with :func:`epoch_batches`.
     """
     if isinstance(loader.dataset, IterableDataset):
         raise TypeError("kiln's loop needs a map-style training dataset, got an IterableDataset")
@@ -27,45 +67,48 @@ def training_loader(loader: DataLoader, fabric: Fabric, seed: int) -> DataLoader
             "resume is exact only if it orders batches by (seed, epoch) via set_epoch()",
             stacklevel=2,
         )
-        return fabric.setup_dataloaders(loader)
-    sampler = DistributedSampler(
+        batches = fabric.setup_dataloaders(loader, move_to_device=False)._dataloader.batch_sampler
+    else:
+        sampler = DistributedSampler(
+            loader.dataset,
+            num_replicas=fabric.world_size,
+            rank=fabric.global_rank,
+            shuffle=isinstance(loader.sampler, RandomSampler),
+            seed=seed,
+        )
+        batches = BatchSampler(sampler, loader.batch_size, loader.drop_last)
+    return DataLoader(
         loader.dataset,
-        num_replicas=fabric.world_size,
-        rank=fabric.global_rank,
-        shuffle=isinstance(loader.sampler, RandomSampler),
-        seed=seed,
-    )
-    rebuilt = DataLoader(
-        loader.dataset,
-        batch_size=loader.batch_size,
-        sampler=sampler,
+        batch_sampler=EpochBatches(batches),
         num_workers=loader.num_workers,
         collate_fn=loader.collate_fn,
         pin_memory=loader.pin_memory,
-        drop_last=loader.drop_last,
         timeout=loader.timeout,
         worker_init_fn=loader.worker_init_fn,
         multiprocessing_context=loader.multiprocessing_context,
         prefetch_factor=loader.prefetch_factor,
         persistent_workers=False,
-        # Worker seeds come from this generator, reseeded every epoch (see set_epoch).
+        # Worker seeds come from this generator, reseeded every epoch (see epoch_batches).
         generator=torch.Generator(),
     )
-    return fabric.setup_dataloaders(rebuilt, use_distributed_sampler=False)
 
 
-def set_epoch(loader: DataLoader, seed: int, epoch: int) -> None:
-    """Point the loader's sampler and worker seeds at ``epoch``."""
-    inner = getattr(loader, "_dataloader", loader)  # unwrap Fabric's wrapper
-    for sampler in (
-        inner.sampler,
-        inner.batch_sampler,
-        getattr(inner.batch_sampler, "sampler", None),
-    ):
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(epoch)
-    if inner.generator is not None:
-        inner.generator.manual_seed(seed * 100_003 + epoch)
+def epoch_batches(
+    fabric: Fabric, loader: DataLoader, seed: int, epoch: int, skip: int = 0
+) -> Iterator[Any]:
+    """The batches of ``epoch`` (after its first ``skip``), on the run's device.
+
+    Args:
+        fabric: The run's Fabric (for the device).
+        loader: A loader built by :func:`training_loader`.
+        seed: The run's seed (worker seeds follow ``(seed, epoch)``).
+        epoch: The epoch whose order to use.
+        skip: Batches of the epoch already trained on; never loaded.
+    """
+    loader.batch_sampler.start(epoch, skip)
+    if loader.generator is not None:
+        loader.generator.manual_seed(seed * 100_003 + epoch)
+    return map(fabric.to_device, loader)
 
 
 def dataset_size(loader: DataLoader) -> int | None:

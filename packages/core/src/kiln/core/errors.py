@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import torch
+
 
 class NonFiniteLossError(RuntimeError):
     """The training loss became NaN or infinite; the run stops before saving it."""
+
+
+class NonFiniteWeightsError(NonFiniteLossError):
+    """The weights became NaN or infinite (the step's loss, computed before the update, was
+    finite); the run stops before saving them."""
 
 
 class NonFiniteGradientError(NonFiniteLossError):
@@ -22,4 +31,25 @@ def check_window_total(total: int, step: int) -> None:
             f"the window of micro-batches for step {step} counts 0 items over all ranks "
             "(count_items(batch) summed to 0: e.g. every label is -100), so it has no mean "
             "loss; each window needs at least 1 item: filter out batches with no label tokens"
+        )
+
+
+def check_finite_weights(fabric: Any, model: torch.nn.Module, step: int) -> None:
+    """Raise :class:`NonFiniteWeightsError` if any parameter of ``model`` is NaN or infinite.
+
+    One reduction per parameter, stacked, and one host sync (plus one all-reduce with
+    several ranks, whose shards may differ): cheap enough for every checkpoint.
+    """
+    params = [p.detach() for p in model.parameters()]
+    if not params:
+        return
+    bad = torch.stack([(~p.isfinite()).sum() for p in params]).sum()
+    if fabric.world_size > 1:
+        bad = fabric.all_reduce(bad, reduce_op="sum")
+    count = int(bad)  # note: a host sync point, once per checkpoint
+    if count:
+        raise NonFiniteWeightsError(
+            f"{count} model weights are NaN or infinite after step {step} (its loss was "
+            "finite: the update itself overflowed, e.g. too high a learning rate or fp16 "
+            "range); stopping before they reach a checkpoint (the last good checkpoint stays)"
         )

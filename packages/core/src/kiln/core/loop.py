@@ -29,10 +29,11 @@ import torch
 
 from kiln.core.cadence import Cadence
 from kiln.core.callbacks.base import Loop
+from kiln.core.checkpoint import restore_rng_state
 from kiln.core.config import CompileConfig, TrainerConfig
-from kiln.core.data import set_epoch
+from kiln.core.data import epoch_batches
 from kiln.core.errors import EmptyWindowError, NonFiniteGradientError, NonFiniteLossError
-from kiln.core.resume import position, resume
+from kiln.core.resume import resume
 from kiln.core.setup import Context, setup
 from kiln.core.state import FitResult, RunState
 from kiln.core.step import train_step
@@ -99,11 +100,13 @@ def train_windows(
     """Windows of micro-batches, epoch after epoch, from where ``run`` stands.
 
     Each epoch starts lazily, when its first window is asked for (after the previous
-    epoch's last step is done). A resumed run's first epoch is positioned first.
+    epoch's last step is done). A resumed run's first epoch starts where the checkpointed
+    run stood (the consumed micro-batches are skipped at the sampler, never loaded), and
+    then its random streams come back.
     """
     batches = _start_epoch(ctx, run)
     if resume_rng is not None:
-        position(batches, run.batch_in_epoch, resume_rng)
+        restore_rng_state(resume_rng)
     accumulate = ctx.trainer.accumulate_grad_batches
     while True:
         # pre-fetch a window at a time; the epoch's last window may be shorter
@@ -113,10 +116,12 @@ def train_windows(
 
 
 def _start_epoch(ctx: Context, run: RunState) -> Iterator[Any]:
-    # kiln owns the epoch: Fabric's wrapper would set the sampler's epoch from its own counter
-    set_epoch(ctx.train_loader, ctx.trainer.seed, run.epoch)
+    # batch_in_epoch is 0 at an epoch's start, except in the epoch a run resumes in
+    batches = epoch_batches(
+        ctx.fabric, ctx.train_loader, ctx.trainer.seed, run.epoch, skip=run.batch_in_epoch
+    )
     ctx.fabric.call("on_train_epoch_start")
-    return iter(ctx.train_loader)
+    return batches
 
 
 def finish(ctx: Context, run: RunState) -> FitResult:

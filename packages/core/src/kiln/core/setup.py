@@ -22,6 +22,7 @@ from kiln.core.data import training_loader
 from kiln.core.launch import check_world_size, launched_externally
 from kiln.core.optim import unpack_optimizers
 from kiln.core.precision import ExactDoublePrecision
+from kiln.core.rundir import check_writable
 from kiln.core.seeding import seed_rank_streams
 from kiln.core.telemetry import CompileWatch, StepTimer
 
@@ -74,6 +75,8 @@ def setup(
     fabric = build_fabric(trainer, loggers, [module, *(callbacks or [])], plugins)
     fabric.launch()  # sets up the process group; processes were started by kiln.core.launch
     check_world_size(fabric, trainer)  # the world that trains is the one the config records
+    if trainer.checkpoint_dir is not None:
+        check_writable(trainer.checkpoint_dir)  # now, not at the first save hours from now
     fabric.seed_everything(trainer.seed)
 
     train_loader = training_loader(module.train_dataloader(), fabric, trainer.seed)

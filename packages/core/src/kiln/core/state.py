@@ -19,6 +19,7 @@ class FitResult:
     checkpoint: str | None = None
     # "max_steps", "max_epochs", or the reason a callback gave loop.request_stop(reason)
     stop_reason: str | None = None
+    run_id: str | None = None  # the run's id in its checkpoint dir's run.json and checkpoints
 
 
 @dataclass
@@ -35,6 +36,7 @@ class RunState:
     lr: float | None = None  # the learning rate the latest step used
     counts_checked: bool = False  # count_items was compared with num_items (once per process)
     stop_reason: str | None = None  # a callback asked the run to stop (saved: resume stays stopped)
+    run_id: str | None = None  # set by the resume stage: kept across restarts
 
     def state(self) -> dict[str, Any]:
         return {
@@ -45,6 +47,7 @@ class RunState:
             "history": list(self.history),
             "metrics": dict(self.metrics),
             "stop_reason": self.stop_reason,
+            "run_id": self.run_id,
         }
 
     def load(self, state: dict[str, Any]) -> None:
@@ -53,6 +56,7 @@ class RunState:
         self.history = list(state.get("history", []))
         self.metrics = dict(state.get("metrics", {}))
         self.stop_reason = state.get("stop_reason")
+        self.run_id = state.get("run_id")
 
     def result(self, telemetry: dict[str, Any] | None = None) -> FitResult:
         """The run so far as a :class:`FitResult` (copies: the run may go on)."""
@@ -65,4 +69,5 @@ class RunState:
             history=list(self.history),
             checkpoint=self.checkpoint,
             stop_reason=self.stop_reason,
+            run_id=self.run_id,
         )

@@ -1,0 +1,160 @@
+"""Checkpoints are never lost or poisoned: a directory belongs to one run, only finite
+weights are written, a damaged file is named and skipped, and a resumed run continues
+exactly from the newest intact checkpoint (compared with an uninterrupted run)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from test_resume import MODULE_KW, assert_same_weights, losses, trainer
+from toy import ToyTokenModule, weights
+
+from kiln.core import NonFiniteLossError, fit
+from kiln.core.checkpoint import read_checkpoint_meta
+from kiln.core.errors import NonFiniteWeightsError
+from kiln.core.rundir import CheckpointDirError, DamagedCheckpointError
+
+STEPS = 8  # checkpoints every 2 steps: 2, 4, 6, 8
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict:
+    """An uninterrupted 8-step run, and a run stopped at step 6 (to damage copies of)."""
+    root = tmp_path_factory.mktemp("reference")
+    module = ToyTokenModule(**MODULE_KW)
+    full = fit(module, trainer(root / "full", STEPS, keep_last_k=3))
+    fit(ToyTokenModule(**MODULE_KW), trainer(root / "stopped", 6, keep_last_k=3))
+    return {"weights": weights(module), "result": full, "stopped": root / "stopped"}
+
+
+def _overwrite_tensor_bytes(path: Path) -> None:
+    """Rewrite the first bytes of the biggest tensor record as float32 max (3.4e38), in place:
+    the zip stays valid and torch would load it without complaint."""
+    with zipfile.ZipFile(path) as archive:
+        info = max(archive.infolist(), key=lambda i: i.file_size if "/data/" in i.filename else 0)
+    data = bytearray(path.read_bytes())
+    name_len, extra_len = struct.unpack(
+        "<HH", data[info.header_offset + 26 : info.header_offset + 30]
+    )
+    start = info.header_offset + 30 + name_len + extra_len
+    data[start : start + 64] = struct.pack("<f", 3.4e38) * 16
+    path.write_bytes(bytes(data))
+
+
+def _damage(path: Path, how: str) -> None:
+    if how == "tensor bytes":
+        _overwrite_tensor_bytes(path)
+    elif how == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    else:
+        path.write_bytes(b"garbage" * 100)
+
+
+@pytest.mark.parametrize("how", ["tensor bytes", "truncated", "garbage"])
+def test_auto_resume_skips_a_damaged_newest_checkpoint(tmp_path, reference, how) -> None:
+    shutil.copytree(reference["stopped"], tmp_path, dirs_exist_ok=True)
+    damaged = tmp_path / "ckpt" / "step-00000006.ckpt"
+    _damage(damaged, how)
+    module = ToyTokenModule(**MODULE_KW)
+    with pytest.warns(UserWarning, match=f"checkpoint {damaged} is damaged") as record:
+        result = fit(module, trainer(tmp_path, STEPS, keep_last_k=3, resume="auto"))
+    assert not any("weights_only" in str(w.message) for w in record)
+    # it fell back to step 4 and trained on: the run is the uninterrupted one, bit for bit
+    assert_same_weights(weights(module), reference["weights"])
+    assert losses(result) == losses(reference["result"])
+    assert max(v.abs().max() for v in weights(module).values()) < 1e30  # no 3.4e38 rows
+
+
+def test_explicit_damaged_or_foreign_checkpoint_fails_naming_it(tmp_path, reference) -> None:
+    damaged = tmp_path / "stopped" / "ckpt" / "step-00000006.ckpt"
+    shutil.copytree(reference["stopped"], tmp_path / "stopped")
+    _overwrite_tensor_bytes(damaged)
+    with pytest.raises(DamagedCheckpointError, match=f"{damaged} is damaged: its sha256"):
+        fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path / "a", STEPS, resume=str(damaged)))
+    # a zip torch cannot unpickle safely (no checksum to compare outside a run's directory)
+    foreign = tmp_path / "foreign.ckpt"
+    torch.save({"model": {}, "opaque": zipfile.ZipInfo("x")}, foreign)
+    with pytest.raises(DamagedCheckpointError, match=str(foreign)) as error:
+        fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path / "b", STEPS, resume=str(foreign)))
+    assert "weights_only" not in str(error.value)
+
+
+def test_a_fresh_run_refuses_a_directory_of_another_run(tmp_path, reference) -> None:
+    shutil.copytree(reference["stopped"], tmp_path, dirs_exist_ok=True)
+    ckpt = tmp_path / "ckpt"
+    before = {p.name: p.read_bytes() for p in ckpt.iterdir()}
+    with pytest.raises(
+        CheckpointDirError, match=f"{ckpt}.*resume='auto'.*new trainer.checkpoint_dir"
+    ):
+        fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path, STEPS, keep_last_k=1))
+    assert {p.name: p.read_bytes() for p in ckpt.iterdir()} == before  # nothing touched
+
+
+def test_resume_keeps_the_run_id_and_prunes_only_its_own_files(tmp_path, reference) -> None:
+    shutil.copytree(reference["stopped"], tmp_path, dirs_exist_ok=True)
+    ckpt = tmp_path / "ckpt"
+    run_id = json.loads((ckpt / "run.json").read_text())["run_id"]
+    assert read_checkpoint_meta(ckpt / "step-00000006.ckpt") == {
+        "config": None,
+        "global_step": 6,
+        "epoch": 1,
+        "world_size": 1,
+        "run_id": run_id,
+    }
+    foreign = ckpt / "step-00000001.ckpt"  # e.g. copied in by hand: no file of this run
+    shutil.copy(ckpt / "step-00000002.ckpt", foreign)
+    result = fit(
+        ToyTokenModule(**MODULE_KW), trainer(tmp_path, STEPS, keep_last_k=1, resume="auto")
+    )
+    assert result.run_id == run_id
+    assert sorted(p.name for p in ckpt.glob("*.ckpt")) == [
+        "step-00000001.ckpt",
+        "step-00000008.ckpt",
+    ]
+    assert list(json.loads((ckpt / "run.json").read_text())["checkpoints"]) == [
+        "step-00000008.ckpt"
+    ]
+
+
+def test_an_unwritable_checkpoint_dir_fails_before_training(tmp_path) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    module = ToyTokenModule(**MODULE_KW)
+    before = weights(module)
+    bad = tmp_path / "file" / "ckpt"
+    with pytest.raises(CheckpointDirError, match=f"checkpoint_dir='{bad}' is not writable"):
+        fit(module, trainer(tmp_path, STEPS, checkpoint_dir=str(bad)))
+    assert_same_weights(weights(module), before)  # not one step was trained
+
+
+class Overflowing(ToyTokenModule):
+    """A finite loss whose update overflows float32: loss x 1e6 at a learning rate of 1e38."""
+
+    def training_step(self, batch, batch_idx):
+        out = super().training_step(batch, batch_idx)
+        return {**out, "loss": out["loss"] * 1e6}
+
+
+def test_non_finite_weights_never_reach_a_checkpoint(tmp_path) -> None:
+    # the step-1 loss (computed before the update) is finite; the update is not
+    module = Overflowing(**{**MODULE_KW, "lr": 1e38})
+    with pytest.raises(NonFiniteWeightsError, match="after step 1") as error:
+        fit(module, trainer(tmp_path, STEPS, checkpoint_every_n_steps=1))
+    assert isinstance(error.value, NonFiniteLossError)
+    assert error.value.kiln_result.history[0]["train/loss"] < 1e8  # a finite first loss
+    assert not list((tmp_path / "ckpt").glob("step-*"))
+    assert not all(torch.isfinite(v).all() for v in weights(module).values())
+
+
+def test_resuming_on_another_world_size_fails_naming_both(tmp_path, reference) -> None:
+    saved = torch.load(reference["stopped"] / "ckpt" / "step-00000006.ckpt", weights_only=True)
+    other = tmp_path / "two-ranks.ckpt"
+    torch.save({**saved, "world_size": 2}, other)
+    assert read_checkpoint_meta(other)["world_size"] == 2
+    with pytest.raises(ValueError, match=f"{other} was written by a run on 2 processes.* has 1"):
+        fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path, STEPS, resume=str(other)))

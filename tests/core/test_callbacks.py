@@ -11,6 +11,7 @@ from toy import ToyTokenModule, weights
 
 from kiln.core import TrainerConfig, fit
 from kiln.core.callbacks import EMA, BestCheckpoint, EarlyStopping
+from kiln.core.rundir import read_run_file
 
 
 def cfg(**kw) -> TrainerConfig:
@@ -183,9 +184,14 @@ def test_best_checkpoint_holds_the_weights_of_the_best_step(tmp_path: Path) -> N
     # beside the loop's last K (keep_last_k=2), never pruned
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "best.ckpt",
+        "run.json",
         "step-00000005.ckpt",
         "step-00000006.ckpt",
     ]
+    # checksummed like the others, but never a candidate for resume="auto"
+    recorded = read_run_file(tmp_path)
+    assert list(recorded.checkpoints) == ["step-00000005.ckpt", "step-00000006.ckpt"]
+    assert set(recorded.named) == {"best.ckpt"}
 
 
 def test_best_checkpoint_resumes_with_its_best_value(tmp_path: Path) -> None:

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from kiln.experiments.report import build_report
-from kiln.experiments.report_train import loss_curves, train_rows
+from kiln.experiments.report.cli import build_report
+from kiln.experiments.report.train import loss_curves, train_rows
 
 
 def summary(overrides, compile_mode, devices, step_s, samples_per_s, losses):

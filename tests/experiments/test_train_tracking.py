@@ -8,10 +8,12 @@ import math
 import pytest
 import torch
 
-from kiln.experiments import wandb_files
-from kiln.experiments.callbacks import SweepStatus, collect_jobs
+from kiln.experiments.callbacks import SweepStatus
 from kiln.experiments.job import JobInfo, write_job_json
-from kiln.experiments.tracking import LoggerConfig, Tracker
+from kiln.experiments.schema import LoggerConfig
+from kiln.experiments.sweep import scan_sweep
+from kiln.experiments.tracking import wandb_files
+from kiln.experiments.tracking.tracker import Tracker
 
 
 def test_write_job_json_is_strict_json(tmp_path):
@@ -99,7 +101,7 @@ def test_sweep_status_exits_nonzero_when_a_job_failed_or_left_nothing(tmp_path, 
     _job(tmp_path, "1", {"status": "failed", "overrides": ["a=2"], "error": "NonFiniteLossError"})
     _job(tmp_path, "2", None)
     _job(tmp_path, "10", {"status": "ok", "overrides": ["a=11"]})
-    assert [d for d, _ in collect_jobs(tmp_path)] == ["0", "1", "2", "10"]
+    assert [job.name for job in scan_sweep(tmp_path)] == ["0", "1", "2", "10"]
     with pytest.raises(SystemExit) as info:
         SweepStatus().on_multirun_end(config)
     assert info.value.code == 1

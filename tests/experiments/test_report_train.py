@@ -72,6 +72,15 @@ def test_without_overrides_runs_match_on_fields():
     assert speedups == pytest.approx([1.0, 3.0])
 
 
+def test_report_and_wandb_name_runs_with_the_same_override_filter():
+    from kiln.experiments.job import JobInfo
+    from kiln.experiments.report.train import run_name
+
+    overrides = ["launcher=local_submitit", "hydra/launcher=basic", "compile=none"]
+    assert run_name({"overrides": overrides}) == "compile=none"
+    assert JobInfo(output_dir="x", overrides=overrides).run_name == "compile=none"
+
+
 def test_loss_curves():
     curves = loss_curves(RECORDS)
     assert curves["compile=default,trainer.devices=1"] == ([1, 2], [2.0, 0.9])

@@ -69,6 +69,7 @@ def test_tracker_marks_the_run_failed_with_the_reason_and_finishes_once(tmp_path
             tracker.loggers[0].log_metrics({"train/loss": 1.0 / step}, step=step)
         raise RuntimeError("boom")
     assert tracker.finished
+    assert tracker.info["project"] == "kiln" and tracker.info["group"] is None  # no sweep
     tracker.finish("ok")  # a second finish changes nothing
     run = wandb_files.read_run(tmp_path)
     assert run["exit_code"] == 1 and run["name"] == "trainer.max_steps=3"
@@ -106,3 +107,11 @@ def test_sweep_status_exits_nonzero_when_a_job_failed_or_left_nothing(tmp_path, 
         SweepStatus().on_multirun_end(config)
     assert info.value.code == 1
     assert "2 of 4 jobs failed: 1, 2" in capsys.readouterr().err
+
+
+def test_report_takes_group_and_project_from_the_records_wandb_entry(tmp_path):
+    from kiln.experiments.report.wandb_run import sweep_group
+
+    records = [{"wandb": None}, {"wandb": {"group": "bench/2025", "project": "p"}}]
+    assert sweep_group(records, tmp_path) == ("bench/2025", "p")
+    assert sweep_group([{"job_name": "bench"}], tmp_path) == (f"bench/{tmp_path.name}", None)

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from kiln.core import CompileConfig
-from kiln.experiments.bench_harness import disable_dropout, run_benchmark
+from kiln.experiments.bench.harness import disable_dropout, run_benchmark
 
 AOT = {"backend": "aot_eager"}  # compiles in a second; inductor's speed is not the point here
 
@@ -39,7 +39,7 @@ FAST = {"warmup": 1, "repeats": 3, "memory_steps": 1}
 
 
 def test_control_is_eager_against_eager():
-    result = run_benchmark(Tiny(), batch(), compile=CompileConfig(mode="none"), **FAST)
+    result = run_benchmark(Tiny(), batch(), compile_cfg=CompileConfig(mode="none"), **FAST)
     assert result["status"] == "pass", result["reason"]
     acc = result["accuracy"]
     assert acc["loss_rel_err"] == 0.0 and acc["grad_rel_err"] == 0.0  # dropout really is off
@@ -54,7 +54,9 @@ def test_control_is_eager_against_eager():
 
 
 def test_compiled_matches_eager():
-    result = run_benchmark(Tiny(), batch(), compile=CompileConfig(mode="default", **AOT), **FAST)
+    result = run_benchmark(
+        Tiny(), batch(), compile_cfg=CompileConfig(mode="default", **AOT), **FAST
+    )
     assert result["status"] == "pass", result["reason"]
     assert result["accuracy"]["grad_rel_err"] <= 1e-4
     assert result["compile_time_s"] > 0 and result["dynamo_compile_time_s"] > 0
@@ -67,7 +69,7 @@ def test_bf16_mixed_within_its_tolerance():
         Tiny(),
         batch(),
         precision="bf16-mixed",
-        compile=CompileConfig(mode="default", **AOT),
+        compile_cfg=CompileConfig(mode="default", **AOT),
         **FAST,
     )
     assert result["status"] == "pass", result["reason"]
@@ -80,7 +82,7 @@ def test_graph_breaks_are_counted():
         return loss * 1.0
 
     result = run_benchmark(
-        Tiny(side_effect), batch(), compile=CompileConfig(mode="default", **AOT), **FAST
+        Tiny(side_effect), batch(), compile_cfg=CompileConfig(mode="default", **AOT), **FAST
     )
     assert result["status"] == "pass", result["reason"]
     assert result["graph_breaks"] >= 1
@@ -92,7 +94,10 @@ def test_accuracy_mismatch_is_a_fail_row():
         return loss * 1.5 if torch.compiler.is_compiling() else loss
 
     result = run_benchmark(
-        Tiny(differs_when_compiled), batch(), compile=CompileConfig(mode="default", **AOT), **FAST
+        Tiny(differs_when_compiled),
+        batch(),
+        compile_cfg=CompileConfig(mode="default", **AOT),
+        **FAST,
     )
     assert result["status"] == "fail"
     assert result["reason"].startswith("accuracy:")
@@ -104,7 +109,7 @@ def test_an_exception_is_an_error_row():
     def boom(loss):
         raise RuntimeError("model exploded")
 
-    result = run_benchmark(Tiny(boom), batch(), compile=CompileConfig(mode="none"), **FAST)
+    result = run_benchmark(Tiny(boom), batch(), compile_cfg=CompileConfig(mode="none"), **FAST)
     assert result["status"] == "error"
     assert "first step" in result["reason"] and "model exploded" in result["reason"]
 

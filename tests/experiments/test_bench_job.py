@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from kiln.experiments.bench import BenchSettings, register_configs, run_bench_job
+from kiln.experiments.bench.runner import run_bench_job
+from kiln.experiments.bench.schema import BenchSettings, register_configs
 from kiln.experiments.job import JobInfo
-from kiln.experiments.report import main as report_main
+from kiln.experiments.report.cli import main as report_main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 BIN = Path(sys.executable).parent

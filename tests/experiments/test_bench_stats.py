@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from kiln.experiments.bench_stats import bootstrap_speedup_interval, geomean, speedup_stats
+from kiln.experiments.bench.stats import bootstrap_speedup_interval, geomean, speedup_stats
 
 
 def test_geomean():

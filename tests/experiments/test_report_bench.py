@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from kiln.experiments.report import build_report, main
-from kiln.experiments.report_bench import model_rows, summary_rows
+from kiln.experiments.report.bench import model_rows, summary_rows
+from kiln.experiments.report.cli import build_report, main
 
 MACHINE = {
     "device": "cpu",

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from kiln.experiments.report import build_report
-from kiln.experiments.report_train import loss_curves, train_rows
+from kiln.experiments.report.cli import build_report
+from kiln.experiments.report.train import loss_curves, train_rows
 
 
 def summary(overrides, compile_mode, devices, step_s, samples_per_s, losses):
@@ -70,6 +70,15 @@ def test_without_overrides_runs_match_on_fields():
     ]
     speedups = sorted(r["speedup_vs_eager"] for r in train_rows(records))
     assert speedups == pytest.approx([1.0, 3.0])
+
+
+def test_report_and_wandb_name_runs_with_the_same_override_filter():
+    from kiln.experiments.job import JobInfo
+    from kiln.experiments.report.train import run_name
+
+    overrides = ["launcher=local_submitit", "hydra/launcher=basic", "compile=none"]
+    assert run_name({"overrides": overrides}) == "compile=none"
+    assert JobInfo(output_dir="x", overrides=overrides).run_name == "compile=none"
 
 
 def test_loss_curves():

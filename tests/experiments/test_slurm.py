@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from train_helpers import explain, job_dirs, run_train, summary
 
-from kiln.experiments import wandb_files
+from kiln.experiments.tracking import wandb_files
 
 pytestmark = pytest.mark.slurm
 

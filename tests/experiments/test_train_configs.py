@@ -10,9 +10,9 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 from train_helpers import compose_train, explain, run_train
 
-from kiln.experiments.runner import build_module
-from kiln.experiments.schema import TrainConfig, validate
-from kiln.experiments.train import config_dir
+from kiln.experiments.build import build_module
+from kiln.experiments.config import config_dir
+from kiln.experiments.train.schema import TrainConfig, validate
 from kiln.models.registry import get_model_entry
 
 CONFIGS = Path(config_dir())

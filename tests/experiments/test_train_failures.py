@@ -11,9 +11,10 @@ from train_helpers import FAST, compose_train, explain, job_dirs, run_train, sum
 
 from kiln.core import FitResult
 from kiln.core.launch import WorkerFailedError
-from kiln.experiments.report import build_report
-from kiln.experiments.runner import _progress, one_line_reason
-from kiln.experiments.schema import validate
+from kiln.experiments.lifecycle import one_line_reason
+from kiln.experiments.report.cli import build_report
+from kiln.experiments.train.runner import fit_progress
+from kiln.experiments.train.schema import validate
 
 
 def test_unresolvable_config_in_a_sweep_leaves_a_summary_a_table_row_and_a_report_row(tmp_path):
@@ -98,5 +99,5 @@ def test_a_worker_failure_is_one_line_naming_the_exception_and_the_rank():
 def test_a_failed_fit_keeps_its_progress():
     exc = RuntimeError("loss is nan at step 3")
     exc.kiln_result = FitResult(global_step=2, epoch=0, history=[{"step": 1}, {"step": 2}])
-    assert _progress(exc) == {"global_step": 2, "history": [{"step": 1}, {"step": 2}]}
-    assert _progress(RuntimeError("no progress")) == {}
+    assert fit_progress(exc) == {"global_step": 2, "history": [{"step": 1}, {"step": 2}]}
+    assert fit_progress(RuntimeError("no progress")) == {}

@@ -8,7 +8,7 @@ import csv
 import pytest
 from train_helpers import FAST, explain, job_dirs, run_train, summary
 
-from kiln.experiments import wandb_files
+from kiln.experiments.tracking import wandb_files
 
 
 def wandb_run_dirs(job_dir):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from train_helpers import FAST, explain, job_dirs, run_train, summary
 
-from kiln.experiments import wandb_files
+from kiln.experiments.tracking import wandb_files
 
 
 def test_two_identical_runs_start_and_train_bit_identically(tmp_path):

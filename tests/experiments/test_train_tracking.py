@@ -8,10 +8,12 @@ import math
 import pytest
 import torch
 
-from kiln.experiments import wandb_files
-from kiln.experiments.callbacks import SweepStatus, collect_jobs
+from kiln.experiments.callbacks import SweepStatus
 from kiln.experiments.job import JobInfo, write_job_json
-from kiln.experiments.tracking import LoggerConfig, Tracker
+from kiln.experiments.schema import LoggerConfig
+from kiln.experiments.sweep import scan_sweep
+from kiln.experiments.tracking import wandb_files
+from kiln.experiments.tracking.tracker import Tracker
 
 
 def test_write_job_json_is_strict_json(tmp_path):
@@ -67,6 +69,7 @@ def test_tracker_marks_the_run_failed_with_the_reason_and_finishes_once(tmp_path
             tracker.loggers[0].log_metrics({"train/loss": 1.0 / step}, step=step)
         raise RuntimeError("boom")
     assert tracker.finished
+    assert tracker.info["project"] == "kiln" and tracker.info["group"] is None  # no sweep
     tracker.finish("ok")  # a second finish changes nothing
     run = wandb_files.read_run(tmp_path)
     assert run["exit_code"] == 1 and run["name"] == "trainer.max_steps=3"
@@ -99,8 +102,16 @@ def test_sweep_status_exits_nonzero_when_a_job_failed_or_left_nothing(tmp_path, 
     _job(tmp_path, "1", {"status": "failed", "overrides": ["a=2"], "error": "NonFiniteLossError"})
     _job(tmp_path, "2", None)
     _job(tmp_path, "10", {"status": "ok", "overrides": ["a=11"]})
-    assert [d for d, _ in collect_jobs(tmp_path)] == ["0", "1", "2", "10"]
+    assert [job.name for job in scan_sweep(tmp_path)] == ["0", "1", "2", "10"]
     with pytest.raises(SystemExit) as info:
         SweepStatus().on_multirun_end(config)
     assert info.value.code == 1
     assert "2 of 4 jobs failed: 1, 2" in capsys.readouterr().err
+
+
+def test_report_takes_group_and_project_from_the_records_wandb_entry(tmp_path):
+    from kiln.experiments.report.wandb_run import sweep_group
+
+    records = [{"wandb": None}, {"wandb": {"group": "bench/2025", "project": "p"}}]
+    assert sweep_group(records, tmp_path) == ("bench/2025", "p")
+    assert sweep_group([{"job_name": "bench"}], tmp_path) == (f"bench/{tmp_path.name}", None)

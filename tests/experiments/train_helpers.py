@@ -12,8 +12,8 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from kiln.experiments.schema import register_configs
-from kiln.experiments.train import config_dir
+from kiln.experiments.config import config_dir
+from kiln.experiments.train.schema import register_configs
 
 # Tiny, fast and deterministic: every test run trains the tiny BERT for a few steps.
 FAST = ["debug=fast", "trainer.max_steps=4", "compile.backend=aot_eager"]

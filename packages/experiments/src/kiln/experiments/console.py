@@ -1,11 +1,18 @@
-"""Rich tables printed at the end of a job and of a sweep."""
+"""Rich tables printed at the end of a job and of a sweep, and the one cell formatter that
+every printed or written table (job, sweep, report) uses."""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+
+from kiln.experiments.job import RECORD_KINDS
+
+if TYPE_CHECKING:
+    from kiln.experiments.sweep import SweepJob
 
 _TELEMETRY_UNITS = {
     "compile_time_s": "s",
@@ -17,10 +24,21 @@ _TELEMETRY_UNITS = {
 }
 
 
-def _fmt(value: Any) -> str:
+def fmt(value: Any, column: str = "") -> str:
+    """A table cell: floats rounded by what they are (``column`` says), ``None`` as a dash."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.4g}"
-    return "-" if value is None else str(value)
+        if column.endswith("rel_err"):
+            return f"{value:.1e}"
+        if column == "pass_rate":
+            return f"{value:.0%}"
+        if "speedup" in column or "ratio" in column or "efficiency" in column:
+            return f"{value:.3f}"
+        return f"{value:.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value).replace("\n", " ")
 
 
 def job_table(summary: dict[str, Any]) -> Table:
@@ -30,15 +48,15 @@ def job_table(summary: dict[str, Any]) -> Table:
     table = Table(title=f"kiln-train: [{color}]{status}", title_justify="left", min_width=72)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    table.add_row("global_step", _fmt(summary.get("global_step")))
-    table.add_row("train/loss", _fmt(summary.get("train_loss")))
+    table.add_row("global_step", fmt(summary.get("global_step")))
+    table.add_row("train/loss", fmt(summary.get("train_loss")))
     for key, value in sorted(summary.get("metrics", {}).items()):
-        table.add_row(key, _fmt(value))
+        table.add_row(key, fmt(value))
     for key, value in summary.get("telemetry", {}).items():
         if not isinstance(value, int | float):
             continue  # lists (graph-break reasons) are in summary.json and W&B
         unit = _TELEMETRY_UNITS.get(key, "")
-        table.add_row(f"telemetry/{key}", f"{_fmt(value)} {unit}".strip(), style="dim")
+        table.add_row(f"telemetry/{key}", f"{fmt(value)} {unit}".strip(), style="dim")
     if summary.get("error"):
         table.add_row("error", summary["error"], style="red")
     if summary.get("traceback_file"):
@@ -50,24 +68,33 @@ def job_table(summary: dict[str, Any]) -> Table:
     return table
 
 
-def sweep_table(sweep_dir: str, jobs: list[tuple[str, dict[str, Any] | None]]) -> Table:
+def sweep_table(sweep_dir: str, jobs: list[SweepJob]) -> Table:
     """One row per job of a sweep: directory, overrides, status, first metric or the error."""
     table = Table(title=f"sweep {sweep_dir}", title_justify="left")
     for column in ("job dir", "overrides", "status", "result"):
         table.add_column(column)
-    for job_dir, record in jobs:
+    for job in jobs:
+        job_dir, record = job.name, job.record
         if record is None:
-            table.add_row(job_dir, "?", "[red]no result file", "the job died before writing one")
+            if job.unreadable:
+                table.add_row(job_dir, "?", "[red]unreadable result file", job.unreadable)
+            else:
+                table.add_row(
+                    job_dir, "?", "[red]no result file", "the job died before writing one"
+                )
             continue
         status = record.get("status", "?")
         ok = status in ("ok", "pass")
         metrics = record.get("metrics") or {}
-        if record.get("error") or record.get("reason"):
-            result = str(record.get("error") or record.get("reason"))
+        reason = next(
+            (record[k.reason_key] for k in RECORD_KINDS if record.get(k.reason_key)), None
+        )
+        if reason:
+            result = str(reason)
         elif metrics:
-            result = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(metrics.items())[:2])
+            result = ", ".join(f"{k}={fmt(v)}" for k, v in sorted(metrics.items())[:2])
         else:
-            result = f"speedup={_fmt(record.get('speedup'))}" if "speedup" in record else ""
+            result = f"speedup={fmt(record.get('speedup'))}" if "speedup" in record else ""
         table.add_row(
             job_dir,
             " ".join(record.get("overrides", [])) or "(defaults)",
@@ -77,5 +104,6 @@ def sweep_table(sweep_dir: str, jobs: list[tuple[str, dict[str, Any] | None]]) -
     return table
 
 
-def print_table(table: Table) -> None:
+def show_table(table: Table) -> None:
+    """Print a built rich ``table`` at least 120 columns wide (tables wrap badly below)."""
     Console(width=max(Console().width, 120)).print(table)

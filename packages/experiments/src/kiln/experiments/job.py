@@ -1,8 +1,8 @@
 """What a Hydra job knows about itself, and the JSON file every job leaves behind.
 
 Shared by ``kiln-train`` (``summary.json``) and ``kiln-bench`` (``bench.json``): both read
-their identity from :class:`JobInfo`, describe the machine with :func:`machine_info` and
-write their result with :func:`write_job_json`.
+their identity from :class:`JobInfo`, describe the machine with :func:`machine_info`, name
+their record with a :class:`RecordKind` and write it with :func:`write_job_json`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,44 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Overrides that choose where or how a job runs, not what it trains: kept out of run names.
-_NAME_EXCLUDED_KEYS = ("hydra", "launcher", "sweep", "logger", "paths")
+PLACEMENT_KEYS = ("hydra", "launcher", "sweep", "logger", "paths")
+"""Override keys that choose where or how a job runs, not what it computes: kept out of run
+names (W&B and report) and of what identifies a run when a report pairs runs."""
+
+
+@dataclass(frozen=True)
+class RecordKind:
+    """One kind of job record: the file a job leaves and how it says it failed."""
+
+    name: str
+    """``record["kind"]``: ``train`` or ``bench``."""
+    file: str
+    """The record's file in the job directory."""
+    failed_status: str
+    """``record["status"]`` of a job that raised."""
+    reason_key: str
+    """The record's key for the one-line reason of a failure."""
+
+
+TRAIN = RecordKind("train", "summary.json", failed_status="failed", reason_key="error")
+BENCH = RecordKind("bench", "bench.json", failed_status="error", reason_key="reason")
+RECORD_KINDS = (TRAIN, BENCH)
+FAILED_STATUSES = tuple(kind.failed_status for kind in RECORD_KINDS)
+
+
+def override_key(override: str) -> str:
+    """``"+trainer.devices=2"`` -> ``"trainer.devices"``."""
+    return override.lstrip("+~").split("=", 1)[0]
+
+
+def key_in(key: str, names: tuple[str, ...]) -> bool:
+    """Whether config ``key`` is one of ``names`` or below one (``a.b``, ``a/b``)."""
+    return any(key == n or key.startswith(n + ".") or key.startswith(n + "/") for n in names)
+
+
+def identity_overrides(overrides: list[str], ignore: tuple[str, ...] = ()) -> list[str]:
+    """``overrides`` without :data:`PLACEMENT_KEYS` (and ``ignore``): what the job computes."""
+    return [o for o in overrides if not key_in(override_key(o), PLACEMENT_KEYS + ignore)]
 
 
 @dataclass
@@ -69,11 +105,7 @@ class JobInfo:
         ``precision=bf16-mixed compile=default`` -> ``"precision=bf16-mixed,compile=default"``;
         a job without such overrides is named after the experiment (or ``"default"``).
         """
-        parts = [
-            o
-            for o in self.overrides
-            if o.lstrip("+~").split("=")[0].split(".")[0] not in _NAME_EXCLUDED_KEYS
-        ]
+        parts = identity_overrides(self.overrides)
         if parts:
             return ",".join(parts)
         return self.choices.get("experiment", "default")
@@ -87,6 +119,20 @@ class JobInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def record(self, kind: RecordKind) -> dict[str, Any]:
+        """The skeleton of this job's record: who it is, failed until the work says otherwise."""
+        return {
+            "kind": kind.name,
+            "status": kind.failed_status,
+            kind.reason_key: None,
+            "overrides": self.overrides,
+            "job_name": self.job_name,
+            "job_num": self.job_num,
+            "run_name": self.run_name,
+            "output_dir": self.output_dir,
+            "sweep_dir": self.sweep_dir,
+        }
 
 
 def machine_info() -> dict[str, Any]:

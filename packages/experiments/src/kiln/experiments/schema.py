@@ -1,10 +1,8 @@
-"""The structured config of ``kiln-train``: dataclasses registered in Hydra's ConfigStore.
+"""The config dataclasses every kiln job shares: paths, logger, and the base of a job's config.
 
-``configs/train.yaml`` starts its defaults list with ``train_schema``, so every group
-(``trainer``, ``compile``, ``optimizer``, ``scheduler``, ``logger``, ``paths``) merges into a
-typed node: an unknown key or a value of the wrong type fails at compose time, naming the
-key. Range checks live in each dataclass's ``__post_init__`` and run in :func:`validate`,
-before any work starts.
+``kiln-train``'s :class:`~kiln.experiments.train.schema.TrainConfig` and ``kiln-bench``'s
+:class:`~kiln.experiments.bench.schema.BenchConfig` extend :class:`JobConfig`, so a field
+both read is declared (and documented) once.
 """
 
 from __future__ import annotations
@@ -12,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING
 
 from kiln.core import CompileConfig, TrainerConfig
-from kiln.experiments.resolvers import register_resolvers
-from kiln.experiments.tracking import LoggerConfig
 from kiln.models import OptimizerConfig, SchedulerConfig
+
+BACKENDS = ("wandb", "csv", "none")
+WANDB_MODES = ("offline", "online", "disabled")
 
 
 @dataclass
@@ -32,13 +30,46 @@ class PathsConfig:
 
 
 @dataclass
-class TrainConfig:
-    """Everything one ``kiln-train`` job needs."""
+class LoggerConfig:
+    """Where a job's metrics go (the ``logger`` config group)."""
+
+    backend: str = "wandb"
+    """``wandb`` (one W&B run per job), ``csv`` (``<job dir>/csv/metrics.csv``) or ``none``."""
+    mode: str = "offline"
+    """W&B mode: ``offline`` (sync later with ``wandb sync``), ``online`` or ``disabled``."""
+    project: str = "kiln"
+    """W&B project."""
+    entity: str | None = None
+    """W&B entity (user or team); ``None`` uses your default."""
+    group: str | None = None
+    """W&B group; ``None`` groups the jobs of a sweep together (``<sweep>/<sweep dir>``)."""
+    job_type: str = "train"
+    """W&B job type (``train``, ``bench``, ...)."""
+    tags: list[str] = field(default_factory=list)
+    """Extra tags, added to the automatic model/precision/compile/devices tags."""
+    notes: str | None = None
+    """Free-text notes on the run."""
+    console: str = "off"
+    """W&B console capture: ``off``, ``wrap``, ``redirect`` or ``auto``."""
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(
+                f"logger.backend={self.backend!r} is not valid; "
+                f"choose one of: {', '.join(BACKENDS)}"
+            )
+        if self.mode not in WANDB_MODES:
+            raise ValueError(
+                f"logger.mode={self.mode!r} is not valid; choose one of: {', '.join(WANDB_MODES)}"
+            )
+
+
+@dataclass
+class JobConfig:
+    """What every kiln job's config holds: the model, how it steps, where it logs and writes."""
 
     model: Any = MISSING
     """Keyword arguments of ``kiln.models.create_model`` (``name`` plus model options)."""
-    data: Any = None
-    """A data module to instantiate (``_target_`` plus its arguments), or ``None``."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     compile: CompileConfig = field(default_factory=CompileConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
@@ -50,21 +81,4 @@ class TrainConfig:
     tags: list[str] = field(default_factory=list)
     """Extra W&B tags for the run."""
     print_config: bool = False
-    """Print the resolved config before training."""
-
-
-def register_configs() -> None:
-    """Register ``train_schema`` (the typed base of ``configs/train.yaml``)."""
-    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
-    register_resolvers()  # ${kiln_if_cuda:...} in configs/launcher
-
-
-def validate(cfg: DictConfig) -> TrainConfig:
-    """Build the dataclasses from ``cfg``, running every ``__post_init__`` check.
-
-    Raises:
-        ValueError: A value is out of range; the message names the key and what is valid.
-    """
-    settings = OmegaConf.to_object(cfg)
-    assert isinstance(settings, TrainConfig), type(settings)
-    return settings
+    """Print the config before the job starts."""

@@ -10,43 +10,15 @@ Examples::
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from kiln.experiments.console import job_table, print_table
+from kiln.experiments.config import config_dir
+from kiln.experiments.console import job_table, show_table
 from kiln.experiments.job import JobInfo
-from kiln.experiments.runner import global_rank, run_job
-from kiln.experiments.schema import register_configs
-
-CONFIG_DIR_ENV = "KILN_CONFIG_DIR"
-
-
-def config_dir() -> str:
-    """The ``configs/`` directory: ``$KILN_CONFIG_DIR``, else the repository's (editable install).
-
-    Raises:
-        FileNotFoundError: Neither holds ``train.yaml``.
-    """
-    candidates = []
-    if os.environ.get(CONFIG_DIR_ENV):
-        candidates.append(Path(os.environ[CONFIG_DIR_ENV]))
-    else:
-        # packages/experiments/src/kiln/experiments/train.py -> the repository root
-        candidates += [Path(__file__).resolve().parents[5] / "configs", Path.cwd() / "configs"]
-    for candidate in candidates:
-        if (candidate / "train.yaml").is_file():
-            return str(candidate.resolve())
-    raise FileNotFoundError(
-        f"no train.yaml in {', '.join(map(str, candidates))}; set {CONFIG_DIR_ENV} to kiln's "
-        "configs/ directory"
-    )
-
-
-class JobFailed(RuntimeError):
-    """A single (non-sweep) job failed (kiln-bench raises it so the command exits non-zero)."""
+from kiln.experiments.train.runner import run_job
+from kiln.experiments.train.schema import register_configs
+from kiln.experiments.train.worker import global_rank
 
 
 def task(cfg: DictConfig) -> float | None:
@@ -56,7 +28,7 @@ def task(cfg: DictConfig) -> float | None:
         print(OmegaConf.to_yaml(cfg, resolve=False))  # resolving here would escape run_job
     summary = run_job(cfg, job)
     if global_rank() == 0:
-        print_table(job_table(summary))  # the error, once; the traceback is in error.log
+        show_table(job_table(summary))  # the error, once; the traceback is in error.log
     if summary["status"] != "ok":
         if job.sweep_dir is None:
             raise SystemExit(1)  # exit non-zero without Hydra printing a second traceback

@@ -12,25 +12,19 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from kiln.experiments.bench_stats import geomean
+from kiln.experiments.bench.fields import MEMORY_KEYS, SPEEDUP_KEYS
+from kiln.experiments.bench.stats import geomean
 
 MODEL_COLUMNS = [
     "model",
     "compile_mode",
     "precision",
     "status",
-    "speedup",
-    "speedup_p25",
-    "speedup_p75",
-    "speedup_ci_low",
-    "speedup_ci_high",
-    "significant",
+    *SPEEDUP_KEYS,
     "eager_ms",
     "compiled_ms",
     "compile_time_s",
-    "memory_eager_mb",
-    "memory_compiled_mb",
-    "memory_ratio",
+    *MEMORY_KEYS,
     "graph_breaks",
     "recompiles",
     "loss_rel_err",
@@ -69,18 +63,11 @@ def model_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "compile_mode": rec.get("compile_mode", "?"),
                 "precision": rec.get("precision", "?"),
                 "status": rec.get("status", "error"),
-                "speedup": rec.get("speedup"),
-                "speedup_p25": rec.get("speedup_p25"),
-                "speedup_p75": rec.get("speedup_p75"),
-                "speedup_ci_low": rec.get("speedup_ci_low"),
-                "speedup_ci_high": rec.get("speedup_ci_high"),
-                "significant": rec.get("significant"),
+                **{k: rec.get(k) for k in SPEEDUP_KEYS},
                 "eager_ms": eager * 1e3 if eager is not None else None,
                 "compiled_ms": compiled * 1e3 if compiled is not None else None,
                 "compile_time_s": rec.get("compile_time_s"),
-                "memory_eager_mb": rec.get("memory_eager_mb"),
-                "memory_compiled_mb": rec.get("memory_compiled_mb"),
-                "memory_ratio": rec.get("memory_ratio"),
+                **{k: rec.get(k) for k in MEMORY_KEYS},
                 "graph_breaks": rec.get("graph_breaks"),
                 "recompiles": rec.get("recompiles"),
                 "loss_rel_err": acc.get("loss_rel_err"),

@@ -102,7 +102,7 @@ def step_peak_bytes(step: Callable[[], object], device: torch.device) -> int | N
     return max(peak_kb - before_kb, 0) * 1024
 
 
-def peak_memory_mb(
+def variant_peak_memory_mb(
     step: Callable[[], object],
     module: torch.nn.Module,
     optimizer: torch.optim.Optimizer,

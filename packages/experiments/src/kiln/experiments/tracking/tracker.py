@@ -15,52 +15,15 @@ The run lives in ``<job output dir>/wandb/`` and is offline unless ``logger.mode
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Any
 
 from lightning.fabric.loggers import CSVLogger, Logger
 
 from kiln.experiments.job import JobInfo
+from kiln.experiments.schema import LoggerConfig
 
-BACKENDS = ("wandb", "csv", "none")
-WANDB_MODES = ("offline", "online", "disabled")
 STEP_METRIC = "trainer/global_step"
 """The x-axis of every W&B chart: wandb's Fabric logger adds it to each logged row."""
-
-
-@dataclass
-class LoggerConfig:
-    """Where a job's metrics go (the ``logger`` config group)."""
-
-    backend: str = "wandb"
-    """``wandb`` (one W&B run per job), ``csv`` (``<job dir>/csv/metrics.csv``) or ``none``."""
-    mode: str = "offline"
-    """W&B mode: ``offline`` (sync later with ``wandb sync``), ``online`` or ``disabled``."""
-    project: str = "kiln"
-    """W&B project."""
-    entity: str | None = None
-    """W&B entity (user or team); ``None`` uses your default."""
-    group: str | None = None
-    """W&B group; ``None`` groups the jobs of a sweep together (``<sweep>/<sweep dir>``)."""
-    job_type: str = "train"
-    """W&B job type (``train``, ``bench``, ...)."""
-    tags: list[str] = field(default_factory=list)
-    """Extra tags, added to the automatic model/precision/compile/devices tags."""
-    notes: str | None = None
-    """Free-text notes on the run."""
-    console: str = "off"
-    """W&B console capture: ``off``, ``wrap``, ``redirect`` or ``auto``."""
-
-    def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(
-                f"logger.backend={self.backend!r} is not valid; "
-                f"choose one of: {', '.join(BACKENDS)}"
-            )
-        if self.mode not in WANDB_MODES:
-            raise ValueError(
-                f"logger.mode={self.mode!r} is not valid; choose one of: {', '.join(WANDB_MODES)}"
-            )
 
 
 class Tracker:
@@ -122,7 +85,7 @@ class Tracker:
         self.run.define_metric(STEP_METRIC)
         self.run.define_metric("*", step_metric=STEP_METRIC, step_sync=True)
         # The logger pickles down to the run's attach id: a worker process re-attaches.
-        from kiln.experiments.wandb_logger import KilnWandbLogger
+        from kiln.experiments.tracking.wandb_logger import KilnWandbLogger
 
         self.loggers = [KilnWandbLogger(experiment=self.run)]
 
@@ -155,14 +118,18 @@ class Tracker:
     # -- what the job records ----------------------------------------------------------------
 
     @property
-    def info(self) -> dict[str, str] | None:
-        """``{"run_id", "dir", "mode"}`` of the W&B run, or ``None`` without one."""
+    def info(self) -> dict[str, str | None] | None:
+        """``{"run_id", "dir", "mode", "project", "group"}`` of the W&B run (the record's
+        ``wandb`` entry, so a report finds the group without reading the run's files), or
+        ``None`` without a run."""
         if self.run is None:
             return None
         return {
             "run_id": self.run.id,
             "dir": os.fspath(self.run.dir).removesuffix("/files"),
             "mode": self.cfg.mode,
+            "project": self.cfg.project,
+            "group": self.cfg.group or self.job.group,
         }
 
 

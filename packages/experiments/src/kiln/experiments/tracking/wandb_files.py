@@ -122,7 +122,7 @@ def read_run(path: str | Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m kiln.experiments.wandb_files <run or job dir>``: print an offline run."""
+    """``python -m kiln.experiments.tracking.wandb_files <run or job dir>``: print a run."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)

@@ -13,41 +13,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from kiln.experiments.job import identity_overrides
+
 _COMPILE_KEYS = ("compile",)
-_DEVICE_KEYS = (
-    "devices",
-    "trainer.devices",
-    "trainer.num_nodes",
-    "trainer.strategy",
-    "launcher",
-    "hydra.launcher",
-)
-_ALWAYS_IGNORED = ("hydra", "logger", "paths", "sweep")
-
-
-def _override_key(override: str) -> str:
-    return override.lstrip("+~").split("=", 1)[0]
-
-
-def _matches(key: str, names: tuple[str, ...]) -> bool:
-    return any(key == n or key.startswith(n + ".") or key.startswith(n + "/") for n in names)
+_DEVICE_KEYS = ("devices", "trainer.devices", "trainer.num_nodes", "trainer.strategy")
+# (the launcher is a placement key, ignored everywhere: kiln.experiments.job.PLACEMENT_KEYS)
 
 
 def _config_key(record: dict[str, Any], ignore: tuple[str, ...], fields: tuple[str, ...]) -> tuple:
     """What identifies a run apart from ``ignore``d overrides (or ``fields`` without overrides)."""
     overrides = record.get("overrides")
     if overrides:
-        return tuple(
-            sorted(o for o in overrides if not _matches(_override_key(o), ignore + _ALWAYS_IGNORED))
-        )
+        return tuple(sorted(identity_overrides(overrides, ignore)))
     return tuple(record.get(f) for f in fields)
 
 
 def run_name(record: dict[str, Any]) -> str:
-    """A readable name for a run: its overrides, or its job directory's name."""
-    overrides = [
-        o for o in record.get("overrides") or [] if not _matches(_override_key(o), _ALWAYS_IGNORED)
-    ]
+    """A readable name for a run: the overrides that name its W&B run, or its job directory's
+    name."""
+    overrides = identity_overrides(record.get("overrides") or [])
     if overrides:
         return ",".join(overrides)
     return str(record.get("job_dir", "?")).rstrip("/").rsplit("/", 1)[-1]

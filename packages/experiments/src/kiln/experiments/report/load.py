@@ -1,11 +1,13 @@
-"""Finding and reading the jobs of a sweep: every ``bench.json`` and ``summary.json`` below it."""
+"""Reading the jobs of a sweep for a report: every job's record, split by kind."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kiln.experiments.job import BENCH, TRAIN
+from kiln.experiments.sweep import scan_sweep
 
 
 @dataclass
@@ -31,34 +33,25 @@ def load_sweep(root: str | Path) -> SweepRecords:
     if not root.is_dir():
         raise FileNotFoundError(f"sweep directory {root} does not exist")
     records = SweepRecords(root=root)
-    paths = sorted(root.rglob("bench.json")) + sorted(root.rglob("summary.json"))
-    for path in paths:
-        if "wandb" in path.relative_to(root).parts:
-            continue  # W&B's own files are not job records
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            records.unreadable.append(f"{path}: {exc}")
+    for job in scan_sweep(root):
+        if job.unreadable:
+            records.unreadable.append(job.unreadable)
             continue
-        if not isinstance(record, dict):
-            records.unreadable.append(f"{path}: not a JSON object")
-            continue
-        record.setdefault("job_dir", str(path.parent))
-        kind = record.get("kind") or ("bench" if path.name == "bench.json" else "train")
-        (records.bench if kind == "bench" else records.train).append(record)
-    # A Hydra job directory without a record (the job died before writing one) is a row too.
-    recorded = {path.parent for path in paths}
-    for config in sorted(root.rglob(".hydra/config.yaml")):
-        job_dir = config.parent.parent
-        if job_dir not in recorded and "wandb" not in job_dir.relative_to(root).parts:
+        if job.record is None:  # a Hydra job that died before writing its record is a row too
             records.train.append(
                 {
-                    "kind": "train",
-                    "status": "failed",
-                    "error": "no summary.json or bench.json: the job died before writing one",
-                    "job_dir": str(job_dir),
+                    "kind": TRAIN.name,
+                    "status": TRAIN.failed_status,
+                    "error": f"no {TRAIN.file} or {BENCH.file}: the job died before writing one",
+                    "job_dir": str(job.dir),
                 }
             )
+            continue
+        record = {**job.record}
+        record.setdefault("job_dir", str(job.dir))
+        assert job.file is not None
+        kind = record.get("kind") or (BENCH.name if job.file.name == BENCH.file else TRAIN.name)
+        (records.bench if kind == BENCH.name else records.train).append(record)
     if not records.bench and not records.train:
         raise FileNotFoundError(
             f"no job records under {root}: expected <job dir>/bench.json (kiln-bench) or "

@@ -3,27 +3,11 @@
 from __future__ import annotations
 
 import csv
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-
-def fmt(value: Any, column: str = "") -> str:
-    """A table cell: floats rounded by what they are, ``None`` as a dash."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        if column.endswith("rel_err"):
-            return f"{value:.1e}"
-        if column == "pass_rate":
-            return f"{value:.0%}"
-        if "speedup" in column or "ratio" in column or "efficiency" in column:
-            return f"{value:.3f}"
-        return f"{value:.4g}" if abs(value) < 1000 else f"{value:,.0f}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
+from kiln.experiments.console import fmt
 
 
 def columns_of(rows: Sequence[dict[str, Any]], preferred: Sequence[str] | None = None) -> list[str]:
@@ -37,7 +21,10 @@ def columns_of(rows: Sequence[dict[str, Any]], preferred: Sequence[str] | None =
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     """A GitHub Markdown table of ``rows``."""
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    lines += ["| " + " | ".join(fmt(r.get(c), c) for c in columns) + " |" for r in rows]
+    lines += [
+        "| " + " | ".join(fmt(r.get(c), c).replace("|", "\\|") for c in columns) + " |"
+        for r in rows
+    ]
     return "\n".join(lines)
 
 
@@ -66,8 +53,8 @@ def machine_lines(records: Sequence[dict[str, Any]]) -> list[str]:
     return seen
 
 
-def print_table(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    """Print ``rows`` as a rich table on the terminal."""
+def print_rows(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    """Print ``rows`` (dicts) as a rich table titled ``title``, one column per ``columns``."""
     from rich.console import Console
     from rich.table import Table
 
@@ -75,5 +62,5 @@ def print_table(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[st
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(*(fmt(row.get(c), c).replace("\\|", "|") for c in columns))
+        table.add_row(*(fmt(row.get(c), c) for c in columns))
     Console(width=max(160, sum(len(c) + 3 for c in columns))).print(table)

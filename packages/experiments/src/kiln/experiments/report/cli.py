@@ -21,16 +21,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kiln.experiments.report_bench import MODEL_COLUMNS, SUMMARY_COLUMNS, model_rows, summary_rows
-from kiln.experiments.report_load import load_sweep
-from kiln.experiments.report_render import (
+from kiln.experiments.report.bench import MODEL_COLUMNS, SUMMARY_COLUMNS, model_rows, summary_rows
+from kiln.experiments.report.load import load_sweep
+from kiln.experiments.report.render import (
     columns_of,
     machine_lines,
     markdown_table,
-    print_table,
+    print_rows,
     write_csv,
 )
-from kiln.experiments.report_train import loss_curves, train_rows
+from kiln.experiments.report.train import loss_curves, train_rows
 
 TRAIN_METHOD = (
     "steady step time = median optimizer-step time after warm-up (kiln.core "
@@ -71,7 +71,7 @@ def build_report(
         ``{"files": [paths written], "tables": {name: (columns, rows)}, "plots": [pngs],
         "records": [all job records]}``.
     """
-    from kiln.experiments.report_plots import line_plot, speedup_bars, throughput_bars
+    from kiln.experiments.report.plots import line_plot, speedup_bars, throughput_bars
 
     sweep = load_sweep(sweep_dir)
     out = Path(out_dir) if out_dir is not None else sweep.root
@@ -141,7 +141,7 @@ def build_report(
     if show:
         print("\n".join(line for line in md[:8] if line.startswith("- ") or line.startswith("#")))
         for name, (columns, rows) in tables.items():
-            print_table(name, rows, columns)
+            print_rows(name, rows, columns)
         print(f"wrote {', '.join(str(f) for f in files)}")
     return {"files": files, "tables": tables, "plots": plots, "records": records}
 
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kiln-report: {exc}", file=sys.stderr)
         return 2
     if args.wandb:
-        from kiln.experiments.report_wandb import log_report
+        from kiln.experiments.report.wandb_run import log_report
 
         info = log_report(
             Path(args.out or args.sweep_dir),

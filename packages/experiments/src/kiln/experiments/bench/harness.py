@@ -16,10 +16,11 @@ Modelled on PyTorch's ``benchmarks/dynamo`` harness:
 4. Both variants warm up, then run interleaved ``repeats`` times, the order flipping every
    pair (A B, B A, A B, ...) to cancel position effects; speedup is
    median eager / median compiled, the spread the 25th/75th percentile of per-pair ratios.
-5. Peak memory of each variant (see :mod:`kiln.experiments.bench_memory`); graph breaks,
+5. Peak memory of each variant (see :mod:`kiln.experiments.bench.memory`); graph breaks,
    recompiles and torch's own compile seconds from kiln.core's ``CompileWatch``.
 
-Nothing raises out of :func:`run_benchmark`: an exception becomes a result with status
+Nothing raises out of :func:`run_benchmark`: it runs in named stages
+(:func:`kiln.experiments.stages.stage`), and an exception becomes a result with status
 ``error`` and the stage it happened in, so one bad model never stops a sweep.
 """
 
@@ -41,8 +42,10 @@ from torch import nn
 from kiln.core.config import PRECISIONS, CompileConfig
 from kiln.core.optim import unpack_optimizers
 from kiln.core.telemetry import CompileWatch
-from kiln.experiments.bench_memory import peak_memory_mb
-from kiln.experiments.bench_stats import speedup_stats
+from kiln.experiments.bench.fields import MEMORY_KEYS
+from kiln.experiments.bench.memory import variant_peak_memory_mb
+from kiln.experiments.bench.stats import speedup_stats
+from kiln.experiments.stages import stage, stage_of
 
 METHOD = (
     "interleaved eager/compiled train steps (order flipped every pair; zero_grad, "
@@ -235,7 +238,7 @@ def run_benchmark(
     batch: Any,
     *,
     precision: str = "32-true",
-    compile: CompileConfig | None = None,
+    compile_cfg: CompileConfig | None = None,
     accelerator: str = "auto",
     warmup: int = 3,
     repeats: int = 20,
@@ -251,7 +254,7 @@ def run_benchmark(
             It is modified (dropout off, moved, converted) and used as the eager variant.
         batch: The fixed batch every step trains on.
         precision: A Fabric precision (``32-true``, ``bf16-mixed``, ``16-mixed``, ...).
-        compile: How the compiled variant is compiled; ``None`` or mode ``none`` is the
+        compile_cfg: How the compiled variant is compiled; ``None`` or mode ``none`` is the
             eager-against-eager control.
         accelerator: ``auto``, ``cpu`` or ``cuda``.
         warmup: Steps of each variant after the first (compiling) one, before timing.
@@ -266,118 +269,131 @@ def run_benchmark(
     Returns:
         The measurement part of ``bench.json``: ``status`` (``pass``/``fail``/``error``),
         ``reason``, ``speedup`` and its spread, medians, ``compile_time_s``, memory, graph
-        breaks, recompiles and ``accuracy``.
+        breaks, recompiles and ``accuracy``. An error's reason starts with its stage
+        (``"first step (accuracy, compile): RuntimeError: ..."``).
     """
     if warmup < 0 or repeats < 1 or memory_steps < 0:
         raise ValueError(
             f"need warmup >= 0, repeats >= 1, memory_steps >= 0; got {warmup}, "
             f"{repeats}, {memory_steps}"
         )
-    compile = compile or CompileConfig(mode="none")
+    compile_cfg = compile_cfg or CompileConfig(mode="none")
     tol = TOLERANCES.get(precision, 1e-2) if tolerance is None else tolerance
     result: dict[str, Any] = {
         "status": "error",
         "reason": None,
         "precision": precision,
-        "compile_mode": compile.mode,
-        "backend": compile.backend,
+        "compile_mode": compile_cfg.mode,
+        "backend": compile_cfg.backend,
         "repeats": repeats,
         "warmup": warmup,
         "method": METHOD,
     }
-    stage = "setup"
     eager = compiled = None
-    watch = CompileWatch(threshold=compile.recompile_warn_threshold)
+    watch = CompileWatch(threshold=compile_cfg.recompile_warn_threshold)
     try:
-        device = resolve_device(accelerator)
-        result["device"] = str(device)
-        reset_dynamo()
-        watch.start()  # counts this benchmark's compiles, recompiles and graph breaks
-        disable_dropout(module).train()
-        if getattr(module, "total_steps", 0) is None:  # schedulers size themselves by it
-            module.total_steps = 1 + warmup + repeats + 2 * memory_steps
-        twin = copy.deepcopy(module)
-        eager = _Variant(module, None, precision, device)
-        compiled = _Variant(twin, compile, precision, device)
-        batch = eager.plugin.convert_input(move_data_to_device(batch, device))
-
-        stage = "first step (accuracy, compile)"
-        first_eager: dict = {}
-        first_compiled: dict = {}
-        torch.manual_seed(seed)
-        result["first_eager_step_s"] = eager.timed_step(batch, first_eager)
-        torch.manual_seed(seed)
-        with _compile_caches(cold_compile):
-            result["compile_time_s"] = compiled.timed_step(batch, first_compiled)
-        result["cold_compile"] = cold_compile
-        result["accuracy"] = compare(first_eager, first_compiled, tol)
-
-        stage = "warm-up"
-        for _ in range(warmup):
-            eager.step(batch)
-            compiled.step(batch)
-
-        stage = "timing"
-        eager_s, compiled_s = [], []
-        for i in range(repeats):
-            # Interleaved, so drift on a shared machine hits both alike; the order flips every
-            # pair (A B, B A, ...) because the second step of a pair measured systematically
-            # faster on a loaded 2-core machine (eager-vs-eager controls gave 1.1-1.3).
-            if i % 2 == 0:
-                eager_s.append(eager.timed_step(batch))
-                compiled_s.append(compiled.timed_step(batch))
-            else:
-                compiled_s.append(compiled.timed_step(batch))
-                eager_s.append(eager.timed_step(batch))
-        result.update(speedup_stats(eager_s, compiled_s))
-        result["eager_times_s"] = eager_s
-        result["compiled_times_s"] = compiled_s
-
-        stage = "memory"
-        if memory_steps:
-            mem_e = peak_memory_mb(
-                lambda: eager.step(batch), eager.module, eager.optimizer, device, memory_steps
-            )
-            mem_c = peak_memory_mb(
-                lambda: compiled.step(batch),
-                compiled.module,
-                compiled.optimizer,
-                device,
-                memory_steps,
-            )
-            result["memory_eager_mb"] = mem_e
-            result["memory_compiled_mb"] = mem_c
-            result["memory_ratio"] = mem_c / mem_e if mem_e and mem_c is not None else None
-
-        result.update(_compile_stats(watch))
-        acc = result["accuracy"]
-        if acc["ok"]:
-            result["status"] = "pass"
-        else:
-            result["status"] = "fail"
-            why = (
-                f"missing gradients {acc['missing_grads']}"
-                if acc["missing_grads"]
-                else (
-                    f"loss rel err {acc['loss_rel_err']:.2e}, "
-                    f"grad rel err {acc['grad_rel_err']:.2e} > tolerance {tol:.0e}"
-                )
-            )
-            result["reason"] = f"accuracy: {why}"
+        with stage("setup"):
+            device = resolve_device(accelerator)
+            result["device"] = str(device)
+            reset_dynamo()
+            watch.start()  # counts this benchmark's compiles, recompiles and graph breaks
+            disable_dropout(module).train()
+            if getattr(module, "total_steps", 0) is None:  # schedulers size themselves by it
+                module.total_steps = 1 + warmup + repeats + 2 * memory_steps
+            twin = copy.deepcopy(module)
+            eager = _Variant(module, None, precision, device)
+            compiled = _Variant(twin, compile_cfg, precision, device)
+            batch = eager.plugin.convert_input(move_data_to_device(batch, device))
+        with stage("first step (accuracy, compile)"):
+            result.update(_first_steps(eager, compiled, batch, seed, cold_compile, tol))
+        with stage("warm-up"):
+            for _ in range(warmup):
+                eager.step(batch)
+                compiled.step(batch)
+        with stage("timing"):
+            result.update(_timed_pairs(eager, compiled, batch, repeats))
+        with stage("memory"):
+            if memory_steps:
+                result.update(_peak_memory(eager, compiled, batch, memory_steps))
+            result.update(_compile_stats(watch))
+        result.update(_verdict(result["accuracy"]))
     except Exception as exc:  # a failing model is a row of the table, never a crashed sweep
         result["status"] = "error"
-        result["reason"] = f"{stage}: {type(exc).__name__}: {str(exc).strip()[:500]}"
+        reason = f"{type(exc).__name__}: {str(exc).strip()[:500]}"
+        result["reason"] = f"{stage_of(exc, 'setup')}: {reason}"
         result["traceback"] = traceback.format_exc(limit=8)
-        try:
+        with contextlib.suppress(Exception):  # stats are best effort after a failure
             result.update(_compile_stats(watch))
-        except Exception:  # stats are best effort after a failure
-            pass
     finally:
         eager = compiled = None  # free both variants before the next job
         reset_dynamo()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return result
+
+
+def _first_steps(
+    eager: _Variant, compiled: _Variant, batch: Any, seed: int, cold: bool, tol: float
+) -> dict[str, Any]:
+    """Each variant's first step from the same seed: accuracy, and the compile time."""
+    first_eager: dict = {}
+    first_compiled: dict = {}
+    torch.manual_seed(seed)
+    first_eager_s = eager.timed_step(batch, first_eager)
+    torch.manual_seed(seed)
+    with _compile_caches(cold):
+        compile_time_s = compiled.timed_step(batch, first_compiled)
+    return {
+        "first_eager_step_s": first_eager_s,
+        "compile_time_s": compile_time_s,
+        "cold_compile": cold,
+        "accuracy": compare(first_eager, first_compiled, tol),
+    }
+
+
+def _timed_pairs(eager: _Variant, compiled: _Variant, batch: Any, repeats: int) -> dict[str, Any]:
+    """``repeats`` interleaved eager/compiled steps, their times and speedup statistics."""
+    eager_s, compiled_s = [], []
+    for i in range(repeats):
+        # Interleaved, so drift on a shared machine hits both alike; the order flips every
+        # pair (A B, B A, ...) because the second step of a pair measured systematically
+        # faster on a loaded 2-core machine (eager-vs-eager controls gave 1.1-1.3).
+        if i % 2 == 0:
+            eager_s.append(eager.timed_step(batch))
+            compiled_s.append(compiled.timed_step(batch))
+        else:
+            compiled_s.append(compiled.timed_step(batch))
+            eager_s.append(eager.timed_step(batch))
+    return {
+        **speedup_stats(eager_s, compiled_s),
+        "eager_times_s": eager_s,
+        "compiled_times_s": compiled_s,
+    }
+
+
+def _peak_memory(eager: _Variant, compiled: _Variant, batch: Any, steps: int) -> dict[str, Any]:
+    """Each variant's peak memory (:mod:`kiln.experiments.bench.memory`) and their ratio."""
+    mem_e, mem_c = (
+        variant_peak_memory_mb(lambda v=v: v.step(batch), v.module, v.optimizer, v.device, steps)
+        for v in (eager, compiled)
+    )
+    ratio = mem_c / mem_e if mem_e and mem_c is not None else None
+    return dict(zip(MEMORY_KEYS, (mem_e, mem_c, ratio), strict=True))
+
+
+def _verdict(accuracy: dict[str, Any]) -> dict[str, Any]:
+    """``pass`` when the accuracy check passed, else ``fail`` with the numbers that failed."""
+    if accuracy["ok"]:
+        return {"status": "pass"}
+    why = (
+        f"missing gradients {accuracy['missing_grads']}"
+        if accuracy["missing_grads"]
+        else (
+            f"loss rel err {accuracy['loss_rel_err']:.2e}, "
+            f"grad rel err {accuracy['grad_rel_err']:.2e} > tolerance {accuracy['tolerance']:.0e}"
+        )
+    )
+    return {"status": "fail", "reason": f"accuracy: {why}"}
 
 
 def _compile_caches(cold: bool) -> contextlib.AbstractContextManager:

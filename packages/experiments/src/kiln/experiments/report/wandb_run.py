@@ -6,25 +6,19 @@ from pathlib import Path
 from typing import Any
 
 from kiln.experiments.job import JobInfo
-from kiln.experiments.tracking import LoggerConfig, Tracker
+from kiln.experiments.schema import LoggerConfig
+from kiln.experiments.tracking.tracker import Tracker
 
 
 def sweep_group(records: list[dict[str, Any]], root: Path) -> tuple[str, str | None]:
-    """The W&B group and project the sweep's jobs logged to (read from a job's run file).
+    """The W&B group and project the sweep's jobs logged to (a record's ``wandb`` entry).
 
     Falls back to ``<job name>/<sweep dir name>``, the group kiln's jobs use by default.
     """
-    from kiln.experiments.wandb_files import read_run
-
     for rec in records:
         info = rec.get("wandb") or {}
-        if info.get("dir"):
-            try:
-                run = read_run(info["dir"])
-            except (OSError, ValueError):
-                continue
-            if run.get("group"):
-                return run["group"], run.get("project")
+        if info.get("group"):
+            return info["group"], info.get("project")
     job_name = next((r.get("job_name") for r in records if r.get("job_name")), "report")
     return f"{job_name}/{root.resolve().name}", None
 

@@ -1,0 +1,3 @@
+from kiln.experiments.bench.cli import main
+
+main()

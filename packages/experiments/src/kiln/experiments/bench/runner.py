@@ -1,0 +1,93 @@
+"""One benchmark job: build the model, measure, log one W&B run, write ``bench.json``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from kiln.experiments.bench.fields import SUMMARY_KEYS
+from kiln.experiments.bench.schema import BenchConfig
+from kiln.experiments.build import build_module, model_label
+from kiln.experiments.job import BENCH, JobInfo
+from kiln.experiments.lifecycle import Lifecycle
+from kiln.experiments.tracking.tags import run_tags
+from kiln.experiments.tracking.tracker import Tracker
+
+
+def measure(settings: BenchConfig, resolved: dict[str, Any]) -> dict[str, Any]:
+    """Build the model and its fixed batch, then run the harness; never raises."""
+    from kiln.experiments.bench.harness import run_benchmark
+
+    try:
+        module = build_module({**resolved, "data": None})
+        batch = module.example_batch(settings.bench.batch_size)
+    except Exception as exc:  # a model that cannot be built is a row, not a crashed sweep
+        return {"status": "error", "reason": f"build model: {type(exc).__name__}: {exc}"}
+    return run_benchmark(
+        module,
+        batch,
+        precision=settings.trainer.precision,
+        compile_cfg=settings.compile,
+        accelerator=settings.trainer.accelerator,
+        warmup=settings.bench.warmup,
+        repeats=settings.bench.repeats,
+        memory_steps=settings.bench.memory_steps,
+        tolerance=settings.bench.tolerance,
+        seed=settings.trainer.seed,
+        cold_compile=settings.bench.cold_compile,
+    )
+
+
+def _log_pairs(tracker: Tracker | None, record: dict[str, Any]) -> None:
+    """Per-pair step times as W&B history (one row per eager/compiled pair)."""
+    pairs = zip(
+        record.get("eager_times_s") or [], record.get("compiled_times_s") or [], strict=True
+    )
+    for i, (eager, compiled) in enumerate(pairs):
+        for logger in tracker.loggers if tracker else []:
+            logger.log_metrics(
+                {
+                    "bench/eager_step_s": eager,
+                    "bench/compiled_step_s": compiled,
+                    "bench/ratio": eager / compiled,
+                },
+                step=i,
+            )
+
+
+def _wandb_summary(record: dict[str, Any]) -> dict[str, Any]:
+    return {"bench": {k: record.get(k) for k in SUMMARY_KEYS}}
+
+
+def run_bench_job(cfg: DictConfig, job: JobInfo) -> dict[str, Any]:
+    """One benchmark job: measure, log to W&B, write ``bench.json``; returns the record.
+
+    A config that does not validate raises before anything is written; anything later
+    (W&B trouble included) is a record with status ``error`` and its reason.
+    """
+    settings = OmegaConf.to_object(cfg)  # runs every __post_init__ check
+    assert isinstance(settings, BenchConfig), type(settings)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(resolved, dict)
+    label = model_label(resolved["model"])
+    fields = {
+        "model": label,
+        "precision": settings.trainer.precision,
+        "compile_mode": settings.compile.mode,
+        "batch_size": settings.bench.batch_size,
+        "repeats": settings.bench.repeats,
+        "config": resolved,
+    }
+    with Lifecycle(job, BENCH, fields, summarize=_wandb_summary) as life:
+        tags = run_tags(
+            label,
+            settings.trainer.precision,
+            settings.compile.mode,
+            kind="bench",
+            extra=settings.tags,
+        )
+        life.track(settings.logger, config=resolved, tags=tags)
+        life.record.update(measure(settings, resolved))
+        _log_pairs(life.tracker, life.record)
+    return life.record

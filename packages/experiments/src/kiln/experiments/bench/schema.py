@@ -1,0 +1,66 @@
+"""The structured config of ``kiln-bench``: how a benchmark measures, registered in Hydra."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from hydra.core.config_store import ConfigStore
+
+from kiln.experiments.schema import JobConfig
+
+
+@dataclass
+class BenchSettings:
+    """How a benchmark measures (the ``bench`` node of ``configs/bench.yaml``)."""
+
+    batch_size: int = 8
+    """Samples in the fixed batch (``module.example_batch(batch_size)``)."""
+    warmup: int = 3
+    """Steps of each variant after the first (compiling) one, before timing."""
+    repeats: int = 20
+    """Timed eager/compiled pairs (A B A B ...); medians and spread come from these."""
+    memory_steps: int = 2
+    """Extra steps of each variant whose largest peak is its peak memory (0: skip)."""
+    cold_compile: bool = True
+    """Compile without inductor's on-disk caches, so ``compile_time_s`` is a first run's."""
+    tolerance: float | None = None
+    """Accepted relative error of loss and gradients; ``None``: by precision (1e-4 for
+    32-true, 1e-2 for 16-mixed, 2e-2 for bf16-mixed)."""
+
+    def __post_init__(self) -> None:
+        for name, value, low in (
+            ("batch_size", self.batch_size, 1),
+            ("warmup", self.warmup, 0),
+            ("repeats", self.repeats, 1),
+            ("memory_steps", self.memory_steps, 0),
+        ):
+            if not isinstance(value, int) or value < low:
+                raise ValueError(
+                    f"bench.{name}={value!r} is not valid; it must be an integer >= {low}"
+                )
+        if self.tolerance is not None and not (
+            self.tolerance > 0 and math.isfinite(self.tolerance)
+        ):
+            raise ValueError(
+                f"bench.tolerance={self.tolerance!r} is not valid; use a positive "
+                "float, or null for the precision's default"
+            )
+
+
+@dataclass
+class BenchConfig(JobConfig):
+    """Everything one ``kiln-bench`` job needs (the typed base of ``configs/bench.yaml``).
+
+    Of ``trainer`` only ``precision`` (the ``precision`` group sets it), ``accelerator`` and
+    ``seed`` are used; ``data`` is not a field: a benchmark steps on one fixed batch.
+    """
+
+    name: str = "bench"
+    """The benchmark's name."""
+    bench: BenchSettings = field(default_factory=BenchSettings)
+
+
+def register_configs() -> None:
+    """Register ``bench_schema`` (the typed base of ``configs/bench.yaml``)."""
+    ConfigStore.instance().store(name="bench_schema", node=BenchConfig)

@@ -1,0 +1,147 @@
+"""One job's life, the same for every kind of job: a record, a tracker, a status, a file.
+
+``kiln-train`` and ``kiln-bench`` (and any later job kind: evaluation, export) run their
+work inside a :class:`Lifecycle`::
+
+    with Lifecycle(job, TRAIN, {"model": ...}, summarize=...) as life:
+        with stage("config"):
+            resolved = ...                            # a failure here opens no W&B run
+        life.track(LoggerConfig(**resolved["logger"]), config=resolved, tags=...)
+        life.record.update(status="ok", **work(life.loggers))
+    return life.record
+
+Whatever happens inside, the lifecycle turns an exception into the record's failed status,
+a one-line reason (and the stage it happened in), writes the traceback to
+``<job dir>/error.log``, puts the final values into the tracker's summary, finishes the
+tracker with the status, and writes the record (``summary.json``, ``bench.json``)
+atomically. ``Exception`` is swallowed (one failed job never stops a sweep); Ctrl-C and
+SIGTERM are recorded, then propagate.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kiln.experiments.job import JobInfo, RecordKind, machine_info, write_job_json
+from kiln.experiments.schema import LoggerConfig
+from kiln.experiments.stages import stage_of
+from kiln.experiments.tracking.tracker import Tracker
+
+log = logging.getLogger(__name__)
+
+ERROR_LOG = "error.log"
+
+
+class JobFailed(RuntimeError):
+    """A single (non-sweep) job failed (its entry point raises it to exit non-zero)."""
+
+
+def one_line_reason(exc: BaseException) -> str:
+    """``"<Type>: <message>"`` on one line; a worker failure names the worker's own exception
+    (the last line of its traceback) and its rank instead of carrying the whole traceback."""
+    from kiln.core.launch import WorkerFailedError
+
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if isinstance(exc, WorkerFailedError) and len(lines) > 1:
+        return f"{lines[-1]} (in {lines[0].rstrip(':')})"
+    return f"{type(exc).__name__}: {' '.join(lines)}"
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise SystemExit(f"terminated by signal {signum}")
+
+
+class Lifecycle:
+    """The record, tracker and result file of one job (a context manager around its work).
+
+    Args:
+        job: The job's identity.
+        kind: Which record the job writes (:data:`~kiln.experiments.job.TRAIN`, ``BENCH``).
+        fields: The kind's own fields of the record, added to the job's skeleton.
+        writer: Whether this process tracks and writes (global rank 0 of a multi-process job).
+        summarize: The tracker's final summary, made from the record once the work ended.
+        progress: What a failed piece of work had completed, read from its exception.
+    """
+
+    def __init__(
+        self,
+        job: JobInfo,
+        kind: RecordKind,
+        fields: dict[str, Any] | None = None,
+        *,
+        writer: bool = True,
+        summarize: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        progress: Callable[[BaseException], dict[str, Any]] | None = None,
+    ) -> None:
+        self.job = job
+        self.kind = kind
+        self.record: dict[str, Any] = {**job.record(kind), "error_stage": None, **(fields or {})}
+        for key, value in (("machine", machine_info()), ("wandb", None), ("config", None)):
+            self.record.setdefault(key, value)
+        self.writer = writer
+        self.summarize = summarize
+        self.progress = progress
+        self.tracker: Tracker | None = None
+
+    @property
+    def loggers(self) -> list[Any]:
+        """The tracker's Fabric loggers (none before :meth:`track`, or off the writer)."""
+        return self.tracker.loggers if self.tracker else []
+
+    @property
+    def failed(self) -> bool:
+        return self.record["status"] == self.kind.failed_status
+
+    def track(self, cfg: LoggerConfig, *, config: dict[str, Any], tags: list[str]) -> None:
+        """Open the job's W&B run (or CSV logger) and record where it is; writer only."""
+        if not self.writer:
+            return
+        self.tracker = Tracker(cfg, self.job, config=config, tags=tags)
+        self.tracker.start()
+        self.record["wandb"] = self.tracker.info
+
+    def __enter__(self) -> Lifecycle:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _terminated)  # SLURM time limits, timeout(1), kill
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        try:
+            if exc is not None:
+                self._record_failure(exc)
+        finally:
+            self._finish()
+        # A failed job must not stop the sweep; Ctrl-C and SIGTERM stop the process.
+        return isinstance(exc, Exception)
+
+    def _record_failure(self, exc: BaseException) -> None:
+        self.record.update(
+            {
+                "status": self.kind.failed_status,
+                self.kind.reason_key: one_line_reason(exc),
+                "error_stage": stage_of(exc),
+                **(self.progress(exc) if self.progress else {}),
+            }
+        )
+        trace = "".join(traceback.format_exception(exc))
+        if self.writer:
+            path = Path(self.job.output_dir) / ERROR_LOG
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(trace)
+            self.record["traceback_file"] = str(path)
+        log.debug("job %s failed:\n%s", self.job.run_name, trace)
+
+    def _finish(self) -> None:
+        if self.tracker is not None:
+            if self.summarize:
+                self.tracker.summarize(self.summarize(self.record))
+            reason = self.record[self.kind.reason_key] if self.failed else None
+            self.tracker.finish("failed" if self.failed else "ok", reason)
+        if self.writer:
+            write_job_json(Path(self.job.output_dir) / self.kind.file, self.record)

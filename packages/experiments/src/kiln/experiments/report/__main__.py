@@ -1,0 +1,5 @@
+import sys
+
+from kiln.experiments.report.cli import main
+
+sys.exit(main())

@@ -1,0 +1,3 @@
+from kiln.experiments.train.cli import main
+
+main()

@@ -1,0 +1,128 @@
+"""One training job: validate the config, open the W&B run, train, write ``summary.json``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln.experiments.job import TRAIN, JobInfo
+from kiln.experiments.lifecycle import Lifecycle
+from kiln.experiments.schema import LoggerConfig
+from kiln.experiments.stages import stage
+from kiln.experiments.tracking.tags import run_tags
+from kiln.experiments.train.worker import global_rank, train
+
+SUMMARY_FILE = TRAIN.file
+
+
+def _select(cfg: Any, key: str) -> Any:
+    """``cfg.<key>`` resolved, or ``None`` when it is missing or does not resolve."""
+    from omegaconf import OmegaConf
+
+    try:
+        value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+    except Exception:  # noqa: BLE001 - a summary field is best effort, the error says why
+        return None
+    return OmegaConf.to_container(value, resolve=False) if OmegaConf.is_config(value) else value
+
+
+def fit_progress(exc: BaseException) -> dict[str, Any]:
+    """What a failed ``fit`` had completed (``global_step``, ``history``, ``train_loss``):
+    ``kiln.core.fit`` attaches it to the exception it raises as ``kiln_result``."""
+    result = getattr(exc, "kiln_result", None)
+    if result is None:
+        return {}
+    found = {k: getattr(result, k, None) for k in ("global_step", "history", "train_loss")}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def _wandb_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """The W&B run's summary: final metrics, telemetry, step, loss, seed, initial weights."""
+    return {
+        **summary["metrics"],
+        "telemetry": summary["telemetry"],
+        "global_step": summary["global_step"],
+        "train_loss": summary["train_loss"],
+        "seed": summary["seed"],
+        "init_weights_sha256": summary["init_weights_sha256"],
+    }
+
+
+def _fields(cfg: Any) -> dict[str, Any]:
+    """The train record's own fields, read from the (maybe unresolvable) config."""
+    return {
+        "model": _select(cfg, "model.name"),
+        "model_tiny": bool(_select(cfg, "model.tiny")),
+        "precision": _select(cfg, "trainer.precision"),
+        "compile_mode": _select(cfg, "compile.mode"),
+        "devices": (_select(cfg, "trainer.devices") or 1)
+        * (_select(cfg, "trainer.num_nodes") or 1),
+        "accumulate_grad_batches": _select(cfg, "trainer.accumulate_grad_batches"),
+        "seed": _select(cfg, "trainer.seed"),
+        "init_weights_sha256": None,
+        "metrics": {},
+        "train_loss": None,
+        "global_step": 0,
+        "telemetry": {},
+        "history": [],
+        "checkpoint": None,
+    }
+
+
+def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
+    """Run one training job and return its summary (also written to ``summary.json``).
+
+    Any exception (a config that does not resolve or validate, NaN loss, bad shape, out of
+    memory) is caught: the summary says ``status: failed`` with a one-line ``error``, the
+    traceback goes to ``<job dir>/error.log``, and an open W&B run is finished as failed.
+    Config errors fail before the W&B run is opened.
+    """
+    from omegaconf import OmegaConf
+
+    from kiln.experiments.train.schema import validate
+
+    with Lifecycle(
+        job,
+        TRAIN,
+        _fields(cfg),
+        writer=global_rank() == 0,
+        summarize=_wandb_summary,
+        progress=fit_progress,
+    ) as life:
+        with stage("config"):
+            # Config errors (unresolvable interpolation, out-of-range value, unknown model)
+            # fail here: before a W&B run is opened and before worker processes start.
+            resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+            life.record["config"] = resolved
+            validate(cfg)  # every __post_init__ range check, before any work
+            if resolved.get("model"):
+                from kiln.models import get_model_entry
+
+                get_model_entry(resolved["model"]["name"])
+        with stage("train"):
+            model, trainer = resolved.get("model") or {}, resolved["trainer"]
+            tags = run_tags(
+                model.get("name", "?"),
+                trainer["precision"],
+                resolved["compile"]["mode"],
+                tiny=bool(model.get("tiny")),
+                devices=trainer["devices"] * trainer["num_nodes"],
+                extra=resolved.get("tags", []),
+            )
+            life.track(LoggerConfig(**resolved["logger"]), config=resolved, tags=tags)
+            result = train(resolved, life.loggers)
+            life.record.update(
+                status="ok",
+                **{
+                    k: result[k]
+                    for k in (
+                        "metrics",
+                        "train_loss",
+                        "global_step",
+                        "telemetry",
+                        "history",
+                        "checkpoint",
+                        "init_weights_sha256",
+                    )
+                },
+            )
+    return life.record

@@ -1,0 +1,44 @@
+"""The structured config of ``kiln-train``: a dataclass registered in Hydra's ConfigStore.
+
+``configs/train.yaml`` starts its defaults list with ``train_schema``, so every group
+(``trainer``, ``compile``, ``optimizer``, ``scheduler``, ``logger``, ``paths``) merges into a
+typed node: an unknown key or a value of the wrong type fails at compose time, naming the
+key. Range checks live in each dataclass's ``__post_init__`` and run in :func:`validate`,
+before any work starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from kiln.experiments.resolvers import register_resolvers
+from kiln.experiments.schema import JobConfig
+
+
+@dataclass
+class TrainConfig(JobConfig):
+    """Everything one ``kiln-train`` job needs (the fields of :class:`JobConfig`, plus data)."""
+
+    data: Any = None
+    """A data module to instantiate (``_target_`` plus its arguments), or ``None``."""
+
+
+def register_configs() -> None:
+    """Register ``train_schema`` (the typed base of ``configs/train.yaml``)."""
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+    register_resolvers()  # ${kiln_if_cuda:...} in configs/launcher
+
+
+def validate(cfg: DictConfig) -> TrainConfig:
+    """Build the dataclasses from ``cfg``, running every ``__post_init__`` check.
+
+    Raises:
+        ValueError: A value is out of range; the message names the key and what is valid.
+    """
+    settings = OmegaConf.to_object(cfg)
+    assert isinstance(settings, TrainConfig), type(settings)
+    return settings

@@ -1,0 +1,75 @@
+"""One process of a training job: build the model from the resolved config and ``fit`` it.
+
+The job never re-executes ``sys.argv``. With ``trainer.devices > 1`` it starts its worker
+processes itself through ``kiln.core.launch``, handing each the resolved config as a plain
+dict; each worker rebuilds the model and data from it and calls ``kiln.core.fit``. When the
+processes already exist (``torchrun``, or SLURM with one task per device) the job *is* a
+worker: it trains in-process, and only global rank 0 tracks and writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from kiln.experiments.build import build_module, seed_before_build
+
+
+def global_rank() -> int:
+    """This process's global rank as the launcher set it (0 when there is one process)."""
+    for var in ("RANK", "SLURM_PROCID"):
+        if var in os.environ:
+            return int(os.environ[var])
+    return 0
+
+
+def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
+    """Train as one process of the job; a top-level function so ``kiln.core.launch`` can pickle it.
+
+    Args:
+        resolved: The job's resolved config as plain containers.
+        loggers: The job's Fabric loggers; only global rank 0 uses them.
+
+    Returns:
+        ``kiln.core.FitResult`` as a dict.
+    """
+    from kiln.core import CompileConfig, TrainerConfig, fit, weights_hash
+
+    trainer = TrainerConfig(**resolved["trainer"])
+    compile_cfg = CompileConfig(**resolved["compile"])
+    seed_before_build(trainer.seed)  # same seed, same starting weights, on every rank and job
+    module = build_module(resolved)
+    init_hash = weights_hash(module)
+    if global_rank() == 0:
+        for logger in loggers:  # the W&B run's config (a worker process attaches to it)
+            try:
+                logger.log_hyperparams({"seed": trainer.seed, "init_weights_sha256": init_hash})
+            except NotImplementedError:
+                pass  # Fabric's CSVLogger keeps no hyperparameters; summary.json has them
+    result = fit(
+        module,
+        trainer,
+        compile_cfg,
+        loggers=loggers if global_rank() == 0 else [],
+        run_config=resolved,
+    )
+    return {**dataclasses.asdict(result), "init_weights_sha256": init_hash}
+
+
+def train(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
+    """Train the job: in this process, or in ``trainer.devices`` worker processes it starts."""
+    from kiln.core import launch
+    from kiln.core.launch import launched_externally
+
+    trainer = resolved["trainer"]
+    if launched_externally():  # torchrun or SLURM tasks: this process is already one rank
+        return train_worker(resolved, loggers)
+    if trainer["num_nodes"] > 1:
+        raise ValueError(
+            f"trainer.num_nodes={trainer['num_nodes']} needs processes on every node: start the "
+            "job with torchrun or launcher=slurm (see packages/experiments/README.md)"
+        )
+    if trainer["devices"] > 1:
+        return launch(train_worker, trainer["devices"], resolved, loggers)[0]
+    return train_worker(resolved, loggers)

@@ -110,6 +110,9 @@ class TrainerConfig:
     """Optimizer steps excluded from the steady-state step time (compilation, caches)."""
     progress: bool = True
     """Show a progress bar on rank 0 (plain log lines when output is not a terminal)."""
+    count_flops: bool = True
+    """Count a micro-batch's FLOPs once (``training_step`` + backward on meta tensors) and
+    report ``flops_per_step``, ``achieved_flops_per_s`` and ``mfu`` in the telemetry."""
 
     def __post_init__(self) -> None:
         _check_positive("trainer.max_steps", self.max_steps)

@@ -27,7 +27,7 @@ def training_loader(loader: DataLoader, fabric: Fabric, seed: int) -> DataLoader
             "resume is exact only if it orders batches by (seed, epoch) via set_epoch()",
             stacklevel=2,
         )
-        return fabric.setup_dataloaders(loader)
+        return fabric.setup_dataloaders(loader, move_to_device=False)  # see below
     sampler = DistributedSampler(
         loader.dataset,
         num_replicas=fabric.world_size,
@@ -51,7 +51,9 @@ def training_loader(loader: DataLoader, fabric: Fabric, seed: int) -> DataLoader
         # Worker seeds come from this generator, reseeded every epoch (see set_epoch).
         generator=torch.Generator(),
     )
-    return fabric.setup_dataloaders(rebuilt, use_distributed_sampler=False)
+    # Batches stay on the host: the step counts a window's items there and moves one
+    # micro-batch at a time to the device, so memory does not grow with accumulation.
+    return fabric.setup_dataloaders(rebuilt, use_distributed_sampler=False, move_to_device=False)
 
 
 def set_epoch(loader: DataLoader, seed: int, epoch: int) -> None:

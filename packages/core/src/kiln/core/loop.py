@@ -2,10 +2,10 @@
 
     fabric = L.Fabric(precision=..., devices=..., strategy=...)
     model = fabric.setup_module(torch.compile(module))        # compile before setup
-    for window in windows_of(train_loader, accumulate_grad_batches):
+    for window in windows_of(train_loader, accumulate_grad_batches):  # on the host
         total = all_reduce(sum(count_items(b) for b in window))  # items in the window, all ranks
         for batch in window:                                    # no DDP sync but on the last
-            out = model.training_step(batch, i)
+            out = model.training_step(fabric.to_device(batch), i)  # one at a time
             fabric.backward(out["loss"] * out["num_items"] * world_size / total)
         clip; optimizer.step(); scheduler.step(); zero_grad; global_step += 1
 
@@ -31,6 +31,7 @@ from kiln.core.cadence import Cadence
 from kiln.core.config import CompileConfig, TrainerConfig
 from kiln.core.data import set_epoch
 from kiln.core.errors import EmptyWindowError, NonFiniteGradientError, NonFiniteLossError
+from kiln.core.flops import flops_telemetry, peak_flops_per_s
 from kiln.core.resume import position, resume
 from kiln.core.setup import Context, setup
 from kiln.core.state import FitResult, RunState
@@ -103,7 +104,7 @@ def train_windows(
         position(batches, run.batch_in_epoch, resume_rng)
     accumulate = ctx.trainer.accumulate_grad_batches
     while True:
-        # pre-fetch a window at a time; the epoch's last window may be shorter
+        # pre-fetch a window at a time, on the host; the epoch's last window may be shorter
         while window := list(islice(batches, accumulate)):
             yield window
         batches = _start_epoch(ctx, run)
@@ -118,10 +119,18 @@ def _start_epoch(ctx: Context, run: RunState) -> Iterator[Any]:
 
 def finish(ctx: Context, run: RunState) -> FitResult:
     """Gather the run's telemetry, log it once, finalize the loggers, return the result."""
-    fabric = ctx.fabric
+    fabric, trainer = ctx.fabric, ctx.trainer
+    timing = ctx.timer.summary(trainer.warmup_steps)
     telemetry = {
         **ctx.watch.snapshot(),
-        **ctx.timer.summary(ctx.trainer.warmup_steps),
+        **timing,
+        **flops_telemetry(
+            run.micro_batch_flops,
+            trainer.accumulate_grad_batches,
+            fabric.world_size,
+            timing["step_time_median_s"],
+            peak_flops_per_s(fabric.device, trainer.precision),
+        ),
         "peak_memory_mb": device_peak_memory_mb(fabric.device),
         "skipped_steps": run.skipped_steps,
     }

@@ -43,6 +43,7 @@ class Context:
     watch: CompileWatch
     timer: StepTimer
     counts_tokens: bool  # the module's items are tokens: report tokens/s
+    has_count_hook: bool  # the module defines count_items (else items = batch size)
     run_config: dict[str, Any] | None
 
     @property
@@ -98,6 +99,7 @@ def setup(
         watch=watch,
         timer=StepTimer(fabric.device),
         counts_tokens=bool(getattr(module, "items_are_tokens", False)),
+        has_count_hook=callable(getattr(module, "count_items", None)),
         run_config=run_config,
     )
 

@@ -32,6 +32,7 @@ class RunState:
     checkpoint: str | None = None  # the newest checkpoint this run wrote
     lr: float | None = None  # the learning rate the latest step used
     counts_checked: bool = False  # count_items was compared with num_items (once per process)
+    micro_batch_flops: int | None = None  # forward + backward FLOPs of one micro-batch
 
     def state(self) -> dict[str, Any]:
         return {

@@ -28,6 +28,7 @@ import lightning as L
 import torch
 
 from kiln.core.cadence import Cadence
+from kiln.core.compile import compile_scope
 from kiln.core.config import CompileConfig, TrainerConfig
 from kiln.core.data import set_epoch
 from kiln.core.errors import EmptyWindowError, NonFiniteGradientError, NonFiniteLossError
@@ -76,9 +77,14 @@ def fit(
     steps taken and whose ``history`` holds the rows logged before the failure.
     """
     run = RunState()
-    with _deterministic_algorithms(trainer.deterministic), _result_on_error(run):
-        compile_config = compile_config or CompileConfig()
+    compile_config = compile_config or CompileConfig()
+    with (
+        _deterministic_algorithms(trainer.deterministic),
+        _result_on_error(run),
+        compile_scope(module, compile_config) as blocks,
+    ):
         ctx = setup(module, trainer, compile_config, loggers, callbacks, plugins, run_config)
+        ctx.watch.compiled_blocks = len(blocks)
         resume_rng = resume(ctx, run)
         cadence = Cadence(ctx, run)
         windows = train_windows(ctx, run, resume_rng)

@@ -152,8 +152,8 @@ def _total_steps(trainer: TrainerConfig, batches_per_epoch: int) -> int:
 
 def _compiled(module: L.LightningModule, compile_config: CompileConfig) -> Any:
     # compile before fabric.setup: Fabric re-applies it outside the DDP wrapper
-    if not compile_config.enabled:
-        return module
+    if not compile_config.enabled or compile_config.regional:
+        return module  # regional: the blocks were compiled in place (compile.compile_scope)
     return torch.compile(module, **compile_config.torch_compile_kwargs())
 
 

@@ -8,6 +8,7 @@ of them. Item counts are exact: host integers on the one-process path, float64 t
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ import torch
 from kiln.core.contract import default_count_items
 from kiln.core.errors import NonFiniteGradientError, check_window_total
 from kiln.core.flops import count_micro_batch_flops
-from kiln.core.precision import call_step_hook
+from kiln.core.precision import call_under_precision
 from kiln.core.setup import Context
 from kiln.core.state import RunState
 
@@ -70,21 +71,25 @@ def train_window(
     fabric, model = ctx.fabric, ctx.model
     counts, samples = _host_counts(ctx, window)
     total = _window_total(fabric, counts)
-    loss_sum = torch.zeros((), device=fabric.device, dtype=count_dtype(fabric.device))
-    last = len(window) - 1
+    # looked up once per window: Fabric's wrapper resolves the hook through __getattr__
+    step_fn, precision = model.training_step, fabric.strategy.precision
+    last, loss_sum = len(window) - 1, None
     upcoming = fabric.to_device(window[0])
     for j in range(len(window)):
         batch, upcoming = upcoming, fabric.to_device(window[j + 1]) if j < last else None
         # Gradients are all-reduced once per window, on its last micro-batch.
-        with fabric.no_backward_sync(model, enabled=j < last):
-            out = call_step_hook(fabric, model, "training_step", batch, first_batch_idx + j)
+        no_sync = fabric.no_backward_sync(model, enabled=True) if j < last else nullcontext()
+        with no_sync:
+            out = call_under_precision(precision, step_fn, batch, first_batch_idx + j)
             del batch  # the graph holds what backward needs; the batch itself can go
             loss, n = _unpack_step(out)
             if check:
                 _check_counts(n, counts[j])
             # DDP averages gradients over ranks, hence * world: the sum runs over all items.
             fabric.backward(_weighted(loss, n, fabric.world_size, total))
-        loss_sum += loss.detach().to(loss_sum.dtype) * n
+        weighted_sum = loss.detach().to(count_dtype(fabric.device)) * n
+        loss_sum = weighted_sum if loss_sum is None else loss_sum + weighted_sum
+    assert loss_sum is not None  # windows are never empty
     return loss_sum, total, samples
 
 

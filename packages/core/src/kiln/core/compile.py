@@ -1,11 +1,12 @@
 """How ``fit`` compiles: the whole module or each repeated block, and inductor's disk caches.
 
 - Whole module (default): ``torch.compile(module)`` before ``fabric.setup``.
-- Regional (``compile.regional=true``): every block of an ``nn.ModuleList`` whose children
-  all share one class (transformer layers, timm blocks) is compiled in place with
-  ``block.compile()``. Identical blocks share one compiled graph, so compile time stops
-  growing with depth (PyTorch's regional-compilation recipe). In-place compilation keeps
-  parameter names, so checkpoints carry no ``_orig_mod.`` prefix; it is undone after the fit.
+- Regional (``compile.regional=true``): every block of an ``nn.ModuleList`` or
+  ``nn.Sequential`` whose children all share one class (transformer layers, timm blocks)
+  is compiled in place with ``block.compile()``. Identical blocks share one compiled
+  graph, so compile time stops growing with depth (PyTorch's regional-compilation
+  recipe). In-place compilation keeps parameter names, so checkpoints carry no
+  ``_orig_mod.`` prefix; it is undone after the fit.
 - ``compile.cache_dir``: inductor's FX graph cache and the AOTAutograd cache are switched on
   and kept in that directory for the fit, so the jobs of a sweep (and re-runs) that compile
   the same graphs pay for them once. Each fit still starts from a clean in-memory dynamo
@@ -28,16 +29,17 @@ _CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
 def repeated_blocks(module: nn.Module) -> list[nn.Module]:
-    """The blocks of every ``nn.ModuleList`` (at least two) whose children share one class.
+    """The blocks of every ``nn.ModuleList`` or ``nn.Sequential`` (timm) holding at least two
+    blocks, all of one class and each with submodules of its own (not bare layers).
 
     A list nested inside a block that is itself returned is left out: the outer block's
     graph already holds it.
     """
     blocks: list[nn.Module] = []
     for _, child in module.named_modules():
-        if not isinstance(child, nn.ModuleList) or len(child) < 2:
+        if not isinstance(child, nn.ModuleList | nn.Sequential) or len(child) < 2:
             continue
-        if len({type(block) for block in child}) != 1:
+        if len({type(block) for block in child}) != 1 or not any(child[0].children()):
             continue
         if any(child is inner for block in blocks for inner in block.modules()):
             continue

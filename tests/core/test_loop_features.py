@@ -147,7 +147,8 @@ def test_bf16_mixed_autocasts_the_step_on_one_eager_or_compiled_device(compiled:
     # Fabric only routes step hooks through forward (and its autocast) for wrapped modules.
     module = DtypeToy()
     compile_cfg = CompileConfig(mode="default", backend="eager") if compiled else None
-    fit(module, cfg(max_steps=1, precision="bf16-mixed"), compile_cfg)
+    # count_flops off: its one meta-tensor call of training_step runs outside autocast
+    fit(module, cfg(max_steps=1, precision="bf16-mixed", count_flops=False), compile_cfg)
     assert module.seen and set(module.seen) == {torch.bfloat16}
 
 

@@ -40,6 +40,14 @@ class CompileConfig:
     """``None`` lets dynamo decide (static first, dynamic after a shape changes)."""
     recompile_warn_threshold: int = 8
     """Warn, naming the guard that failed, once the run has recompiled this many times."""
+    regional: bool = False
+    """Compile each repeated block (the children of an ``nn.ModuleList`` of one class:
+    transformer layers, timm blocks) in place instead of the whole module: identical blocks
+    share one graph, so compile time does not grow with depth."""
+    cache_dir: str | None = None
+    """Keep inductor's FX graph and AOTAutograd caches here (switched on for the fit), so
+    the jobs of a sweep and re-runs compile each graph once; ``None`` leaves torch's
+    settings alone. The telemetry says whether the compile was cold or warm."""
 
     def __post_init__(self) -> None:
         _check_choice("compile.mode", self.mode, COMPILE_MODES)
@@ -48,6 +56,12 @@ class CompileConfig:
                 f"compile.backend={self.backend!r} is not valid; name a dynamo backend"
             )
         _check_positive("compile.recompile_warn_threshold", self.recompile_warn_threshold)
+        if self.cache_dir is not None and (
+            not isinstance(self.cache_dir, str) or not self.cache_dir
+        ):
+            raise ValueError(
+                f"compile.cache_dir={self.cache_dir!r} is not valid; use a directory path or null"
+            )
 
     @property
     def enabled(self) -> bool:
@@ -110,6 +124,9 @@ class TrainerConfig:
     """Optimizer steps excluded from the steady-state step time (compilation, caches)."""
     progress: bool = True
     """Show a progress bar on rank 0 (plain log lines when output is not a terminal)."""
+    count_flops: bool = True
+    """Count a micro-batch's FLOPs once (``training_step`` + backward on meta tensors) and
+    report ``flops_per_step``, ``achieved_flops_per_s`` and ``mfu`` in the telemetry."""
 
     def __post_init__(self) -> None:
         _check_positive("trainer.max_steps", self.max_steps)

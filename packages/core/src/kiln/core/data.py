@@ -96,10 +96,12 @@ def training_loader(loader: DataLoader, fabric: Fabric, seed: int) -> DataLoader
 def epoch_batches(
     fabric: Fabric, loader: DataLoader, seed: int, epoch: int, skip: int = 0
 ) -> Iterator[Any]:
-    """The batches of ``epoch`` (after its first ``skip``), on the run's device.
+    """The batches of ``epoch`` (after its first ``skip``), on the host: the step moves each
+    micro-batch to the device just before its forward, so memory does not grow with
+    accumulation.
 
     Args:
-        fabric: The run's Fabric (for the device).
+        fabric: The run's Fabric.
         loader: A loader built by :func:`training_loader`.
         seed: The run's seed (worker seeds follow ``(seed, epoch)``).
         epoch: The epoch whose order to use.
@@ -108,7 +110,7 @@ def epoch_batches(
     loader.batch_sampler.start(epoch, skip)
     if loader.generator is not None:
         loader.generator.manual_seed(seed * 100_003 + epoch)
-    return map(fabric.to_device, loader)
+    return iter(loader)
 
 
 def dataset_size(loader: DataLoader) -> int | None:

@@ -2,10 +2,10 @@
 
     fabric = L.Fabric(precision=..., devices=..., strategy=...)
     model = fabric.setup_module(torch.compile(module))        # compile before setup
-    for window in windows_of(train_loader, accumulate_grad_batches):
+    for window in windows_of(train_loader, accumulate_grad_batches):  # on the host
         total = all_reduce(sum(count_items(b) for b in window))  # items in the window, all ranks
         for batch in window:                                    # no DDP sync but on the last
-            out = model.training_step(batch, i)
+            out = model.training_step(fabric.to_device(batch), i)  # one at a time
             fabric.backward(out["loss"] * out["num_items"] * world_size / total)
         clip; optimizer.step(); scheduler.step(); zero_grad; global_step += 1
 
@@ -30,9 +30,11 @@ import torch
 from kiln.core.cadence import Cadence
 from kiln.core.callbacks.base import Loop
 from kiln.core.checkpoint import restore_rng_state
+from kiln.core.compile import compile_scope
 from kiln.core.config import CompileConfig, TrainerConfig
 from kiln.core.data import epoch_batches
 from kiln.core.errors import EmptyWindowError, NonFiniteGradientError, NonFiniteLossError
+from kiln.core.flops import flops_telemetry, peak_flops_per_s
 from kiln.core.resume import resume
 from kiln.core.setup import Context, setup
 from kiln.core.state import FitResult, RunState
@@ -77,9 +79,14 @@ def fit(
     steps taken and whose ``history`` holds the rows logged before the failure.
     """
     run = RunState()
-    with _deterministic_algorithms(trainer.deterministic), _result_on_error(run):
-        compile_config = compile_config or CompileConfig()
+    compile_config = compile_config or CompileConfig()
+    with (
+        _deterministic_algorithms(trainer.deterministic),
+        _result_on_error(run),
+        compile_scope(module, compile_config) as blocks,
+    ):
         ctx = setup(module, trainer, compile_config, loggers, callbacks, plugins, run_config)
+        ctx.watch.compiled_blocks = len(blocks)
         resume_rng = resume(ctx, run)
         cadence = Cadence(ctx, run)
         windows = train_windows(ctx, run, resume_rng)
@@ -109,7 +116,7 @@ def train_windows(
         restore_rng_state(resume_rng)
     accumulate = ctx.trainer.accumulate_grad_batches
     while True:
-        # pre-fetch a window at a time; the epoch's last window may be shorter
+        # pre-fetch a window at a time, on the host; the epoch's last window may be shorter
         while window := list(islice(batches, accumulate)):
             yield window
         batches = _start_epoch(ctx, run)
@@ -126,13 +133,21 @@ def _start_epoch(ctx: Context, run: RunState) -> Iterator[Any]:
 
 def finish(ctx: Context, run: RunState) -> FitResult:
     """Gather the run's telemetry, log it once, finalize the loggers, return the result."""
-    fabric = ctx.fabric
+    fabric, trainer = ctx.fabric, ctx.trainer
     if run.stop_reason is None:
-        at_max_steps = ctx.total_steps == ctx.trainer.max_steps
+        at_max_steps = ctx.total_steps == trainer.max_steps
         run.stop_reason = "max_steps" if at_max_steps else "max_epochs"
+    timing = ctx.timer.summary(trainer.warmup_steps)
     telemetry = {
         **ctx.watch.snapshot(),
-        **ctx.timer.summary(ctx.trainer.warmup_steps),
+        **timing,
+        **flops_telemetry(
+            run.micro_batch_flops,
+            trainer.accumulate_grad_batches,
+            fabric.world_size,
+            timing["step_time_median_s"],
+            peak_flops_per_s(fabric.device, trainer.precision),
+        ),
         "peak_memory_mb": device_peak_memory_mb(fabric.device),
         "skipped_steps": run.skipped_steps,
     }

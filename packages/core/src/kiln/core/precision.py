@@ -7,10 +7,11 @@ kiln's plugin keeps float64 outputs, making ``64-true`` exact to float64 roundin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from lightning.fabric.plugins.precision import DoublePrecision
+from lightning.fabric.plugins.precision import DoublePrecision, Precision
 from lightning.fabric.utilities.apply_func import apply_to_collection
 
 
@@ -36,8 +37,18 @@ def call_step_hook(fabric: Any, model: Any, hook: str, *args: Any) -> Any:
     eager device bf16-mixed would silently run in fp32. Applying it here too is harmless
     when Fabric already did.
     """
-    precision = fabric.strategy.precision
+    return call_under_precision(fabric.strategy.precision, getattr(model, hook), *args)
+
+
+def call_under_precision(precision: Precision, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` with ``precision``'s input/output conversion and forward context.
+
+    Fabric's plain ``Precision`` (``32-true``) converts nothing and has no context: ``fn``
+    is called directly, sparing two walks over the batch and the outputs per call.
+    """
+    if type(precision) is Precision:
+        return fn(*args)
     args = precision.convert_input(args)
     with precision.forward_context():
-        out = getattr(model, hook)(*args)
+        out = fn(*args)
     return precision.convert_output(out)

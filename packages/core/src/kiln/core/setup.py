@@ -45,6 +45,7 @@ class Context:
     watch: CompileWatch
     timer: StepTimer
     counts_tokens: bool  # the module's items are tokens: report tokens/s
+    has_count_hook: bool  # the module defines count_items (else items = batch size)
     run_config: dict[str, Any] | None
     hooks: StepHooks  # fabric.call for the per-step hooks
     callback_states: CallbackStates = field(default_factory=lambda: CallbackStates([]))
@@ -106,6 +107,7 @@ def setup(
         watch=watch,
         timer=StepTimer(fabric.device),
         counts_tokens=bool(getattr(module, "items_are_tokens", False)),
+        has_count_hook=callable(getattr(module, "count_items", None)),
         run_config=run_config,
         hooks=StepHooks(fabric, [module, *(callbacks or [])]),
         callback_states=CallbackStates(callbacks or []),
@@ -160,8 +162,8 @@ def _total_steps(trainer: TrainerConfig, batches_per_epoch: int) -> int:
 
 def _compiled(module: L.LightningModule, compile_config: CompileConfig) -> Any:
     # compile before fabric.setup: Fabric re-applies it outside the DDP wrapper
-    if not compile_config.enabled:
-        return module
+    if not compile_config.enabled or compile_config.regional:
+        return module  # regional: the blocks were compiled in place (compile.compile_scope)
     return torch.compile(module, **compile_config.torch_compile_kwargs())
 
 

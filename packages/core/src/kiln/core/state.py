@@ -37,6 +37,7 @@ class RunState:
     counts_checked: bool = False  # count_items was compared with num_items (once per process)
     stop_reason: str | None = None  # a callback asked the run to stop (saved: resume stays stopped)
     run_id: str | None = None  # set by the resume stage: kept across restarts
+    micro_batch_flops: int | None = None  # forward + backward FLOPs of one micro-batch
 
     def state(self) -> dict[str, Any]:
         return {

@@ -8,15 +8,17 @@ of them. Item counts are exact: host integers on the one-process path, float64 t
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
 import torch
 
-from kiln.core.contract import count_items, default_count_items
+from kiln.core.contract import default_count_items
 from kiln.core.errors import NonFiniteGradientError, check_window_total
-from kiln.core.precision import call_step_hook
+from kiln.core.flops import count_micro_batch_flops
+from kiln.core.precision import call_under_precision
 from kiln.core.setup import Context
 from kiln.core.state import RunState
 
@@ -32,10 +34,12 @@ class StepOutput:
 
 
 def train_step(ctx: Context, run: RunState, window: list[Any]) -> StepOutput:
-    """Train on ``window`` and take one optimizer step; advance ``run`` past it."""
-    ctx.timer.start()
+    """Train on ``window`` (host micro-batches) and take one optimizer step; advance ``run``."""
     check, run.counts_checked = not run.counts_checked, True  # once: count_items vs num_items
-    loss_sum, total, last = train_window(ctx, window, run.batch_in_epoch, check)
+    if check and ctx.trainer.count_flops:  # once, outside the timed step
+        run.micro_batch_flops = count_micro_batch_flops(ctx.module, window[0])
+    ctx.timer.start()
+    loss_sum, total, samples, last = train_window(ctx, window, run.batch_in_epoch, check)
     step = run.global_step + 1
     grad_norm, skipped, run.lr = optimizer_step(ctx, step, total)
     run.skipped_steps += skipped
@@ -46,44 +50,69 @@ def train_step(ctx: Context, run: RunState, window: list[Any]) -> StepOutput:
         ctx.fabric.call("on_train_epoch_end")
         run.epoch += 1
         run.batch_in_epoch = 0
-    samples = sum(default_count_items(b) for b in window) * ctx.fabric.world_size
-    ctx.timer.stop(samples, total if ctx.counts_tokens else None)
+    ctx.timer.stop(samples * ctx.fabric.world_size, total if ctx.counts_tokens else None)
     return StepOutput(step, loss_sum, total, grad_norm)
 
 
 def train_window(
     ctx: Context, window: list[Any], first_batch_idx: int, check: bool
-) -> tuple[torch.Tensor, int | torch.Tensor, tuple[Any, Any, int]]:
+) -> tuple[torch.Tensor, int | torch.Tensor, int, tuple[Any, Any, int]]:
     """Forward and backward every micro-batch of a window.
 
     Each micro-batch's mean loss is weighted by its share of the window's items over all
-    ranks, so the accumulated gradient is that of one batch holding the whole window.
+    ranks, so the accumulated gradient is that of one batch holding the whole window. The
+    window arrives on the host, where its items are counted; each micro-batch goes to the
+    device just before its forward (the next one's copy is issued first, to overlap), so
+    device memory holds at most two micro-batches whatever ``accumulate_grad_batches`` is.
 
     Returns:
-        The loss sum, the item total, and the ``on_train_batch_end`` arguments of the last
-        micro-batch (``outputs, batch, batch_idx``): that hook runs after the optimizer step.
+        This rank's loss sum over the window, the window's items over all ranks, this
+        rank's samples in the window, and the ``on_train_batch_end`` arguments of the last
+        micro-batch (``outputs, host batch, batch_idx``): that hook runs after the step.
     """
     fabric, model = ctx.fabric, ctx.model
-    world = fabric.world_size
-    counts = [count_items(ctx.module, batch) for batch in window]
+    counts, samples = _host_counts(ctx, window)
     total = _window_total(fabric, counts)
-    loss_sum = torch.zeros((), device=fabric.device, dtype=count_dtype(fabric.device))
-    for j, batch in enumerate(window):
+    # looked up once per window: Fabric's wrapper resolves the hook through __getattr__
+    step_fn, precision = model.training_step, fabric.strategy.precision
+    last, loss_sum = len(window) - 1, None
+    upcoming = fabric.to_device(window[0])
+    for j in range(len(window)):
+        batch, upcoming = upcoming, fabric.to_device(window[j + 1]) if j < last else None
         # Gradients are all-reduced once per window, on its last micro-batch.
-        with fabric.no_backward_sync(model, enabled=j < len(window) - 1):
-            out = call_step_hook(fabric, model, "training_step", batch, first_batch_idx + j)
+        no_sync = fabric.no_backward_sync(model, enabled=True) if j < last else nullcontext()
+        with no_sync:
+            out = call_under_precision(precision, step_fn, batch, first_batch_idx + j)
+            del batch  # the graph holds what backward needs; the batch itself can go
             loss, n = _unpack_step(out)
             if check:
                 _check_counts(n, counts[j])
             # DDP averages gradients over ranks, hence * world: the sum runs over all items.
-            weighted = _weighted(loss, n, world, total)
+            weighted = _weighted(loss, n, fabric.world_size, total)
             ctx.hooks("on_before_backward", weighted)
             fabric.backward(weighted)
             ctx.hooks("on_after_backward")
-        loss_sum += loss.detach().to(loss_sum.dtype) * n
-        if j < len(window) - 1:
-            ctx.hooks("on_train_batch_end", out, batch, first_batch_idx + j)
-    return loss_sum, total, (out, batch, first_batch_idx + len(window) - 1)
+        weighted_sum = loss.detach().to(count_dtype(fabric.device)) * n
+        loss_sum = weighted_sum if loss_sum is None else loss_sum + weighted_sum
+        if j < last:  # the hook gets the host batch: the device copy is already freed
+            ctx.hooks("on_train_batch_end", out, window[j], first_batch_idx + j)
+    assert loss_sum is not None  # windows are never empty
+    return loss_sum, total, samples, (out, window[last], first_batch_idx + last)
+
+
+def _host_counts(ctx: Context, window: list[Any]) -> tuple[list[int | torch.Tensor], int]:
+    """Items of each (host) micro-batch, and the window's samples (batch sizes).
+
+    A count the hook returns as a CPU tensor is read now: a host integer is exact and free.
+    """
+    samples = [default_count_items(b) for b in window]
+    if not ctx.has_count_hook:
+        return list(samples), sum(samples)
+    counts = [ctx.module.count_items(b) for b in window]
+    counts = [
+        int(c) if isinstance(c, torch.Tensor) and c.device.type == "cpu" else c for c in counts
+    ]
+    return counts, sum(samples)
 
 
 def _window_total(fabric: L.Fabric, counts: list[int | torch.Tensor]) -> int | torch.Tensor:

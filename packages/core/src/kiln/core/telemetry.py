@@ -23,6 +23,8 @@ import numpy as np
 import torch
 import torch._dynamo.utils as dynamo_utils
 
+from kiln.core.compile import cache_figures
+
 # -- step time ----------------------------------------------------------------------------
 
 
@@ -222,6 +224,7 @@ class CompileWatch:
         self._last_seen: object | None = None
         self._missed = False
         self._warned = False
+        self.compiled_blocks = 0  # blocks compiled in place (compile.regional)
 
     def start(self) -> None:
         """Start from a fresh in-memory dynamo state, as a new process would.
@@ -294,7 +297,9 @@ class CompileWatch:
             ``compile_time_s`` (seconds torch spent compiling: dynamo tracing, AOT autograd,
             inductor, lazy backward compiles, runtime autotuning), ``recompiles``,
             ``graph_breaks`` (graph breaks hit while compiling, counted per compile),
-            ``unique_graphs`` and ``graph_break_reasons`` (up to five, shortened).
+            ``unique_graphs``, ``graph_break_reasons`` (up to five, shortened),
+            ``compiled_blocks`` (regional compile) and which on-disk caches hit
+            (``compile_cache``: cold, warm or partial; see ``kiln.core.compile.cache_figures``).
         """
         self._collect()
         breaks = dynamo_utils.counters["graph_break"]
@@ -305,6 +310,8 @@ class CompileWatch:
             "graph_breaks": int(sum(breaks.values())),
             "unique_graphs": int(dynamo_utils.counters["stats"]["unique_graphs"]),
             "graph_break_reasons": reasons,
+            "compiled_blocks": self.compiled_blocks,
+            **cache_figures(dynamo_utils.counters),
         }
 
     def check(self) -> None:

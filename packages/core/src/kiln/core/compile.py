@@ -1,0 +1,121 @@
+"""How ``fit`` compiles: the whole module or each repeated block, and inductor's disk caches.
+
+- Whole module (default): ``torch.compile(module)`` before ``fabric.setup``.
+- Regional (``compile.regional=true``): every block of an ``nn.ModuleList`` or
+  ``nn.Sequential`` whose children all share one class (transformer layers, timm blocks)
+  is compiled in place with ``block.compile()``. Identical blocks share one compiled
+  graph, so compile time stops growing with depth (PyTorch's regional-compilation
+  recipe). In-place compilation keeps parameter names, so checkpoints carry no
+  ``_orig_mod.`` prefix; it is undone after the fit.
+- ``compile.cache_dir``: inductor's FX graph cache and the AOTAutograd cache are switched on
+  and kept in that directory for the fit, so the jobs of a sweep (and re-runs) that compile
+  the same graphs pay for them once. Each fit still starts from a clean in-memory dynamo
+  state (``CompileWatch.start``); the telemetry says which caches hit (cold or warm).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from kiln.core.config import CompileConfig
+
+_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def repeated_blocks(module: nn.Module) -> list[nn.Module]:
+    """The blocks of every ``nn.ModuleList`` or ``nn.Sequential`` (timm) holding at least two
+    blocks, all of one class and each with submodules of its own (not bare layers).
+
+    A list nested inside a block that is itself returned is left out: the outer block's
+    graph already holds it.
+    """
+    blocks: list[nn.Module] = []
+    for _, child in module.named_modules():
+        if not isinstance(child, nn.ModuleList | nn.Sequential) or len(child) < 2:
+            continue
+        if len({type(block) for block in child}) != 1 or not any(child[0].children()):
+            continue
+        if any(child is inner for block in blocks for inner in block.modules()):
+            continue
+        blocks.extend(child)
+    return blocks
+
+
+@contextmanager
+def compile_scope(module: nn.Module, config: CompileConfig) -> Iterator[list[nn.Module]]:
+    """For the duration of a fit: inductor's caches as configured, regional blocks compiled.
+
+    Yields:
+        The blocks compiled in place (empty unless ``config.regional``).
+
+    Raises:
+        ValueError: ``compile.regional=true`` on a module with no repeated blocks.
+    """
+    with ExitStack() as stack:
+        if config.enabled and config.cache_dir is not None:
+            stack.enter_context(_disk_caches(config.cache_dir))
+        blocks: list[nn.Module] = []
+        if config.enabled and config.regional:
+            blocks = repeated_blocks(module)
+            if not blocks:
+                raise ValueError(
+                    f"compile.regional=true but {type(module).__name__} has no nn.ModuleList "
+                    "of blocks of one class to compile; use compile.regional=false"
+                )
+            stack.callback(_uncompile, blocks)
+            for block in blocks:
+                block.compile(**config.torch_compile_kwargs())
+        yield blocks
+
+
+def _uncompile(blocks: list[nn.Module]) -> None:
+    # what Module.compile sets; the module is eager again after the fit
+    for block in blocks:
+        block._compiled_call_impl = None
+
+
+@contextmanager
+def _disk_caches(directory: str) -> Iterator[None]:
+    """FX graph and AOTAutograd caches on, in ``directory``; the previous settings after."""
+    os.makedirs(directory, exist_ok=True)
+    previous = os.environ.get(_CACHE_ENV)
+    os.environ[_CACHE_ENV] = os.path.abspath(directory)
+    try:
+        with (
+            torch._inductor.config.patch(fx_graph_cache=True),
+            torch._functorch.config.patch(enable_autograd_cache=True),
+        ):
+            yield
+    finally:
+        if previous is None:
+            os.environ.pop(_CACHE_ENV, None)
+        else:
+            os.environ[_CACHE_ENV] = previous
+
+
+def cache_figures(counters: Any) -> dict[str, int | str | None]:
+    """Which on-disk compile caches hit since dynamo's counters were cleared.
+
+    Returns:
+        ``fx_graph_cache_hits``/``_misses``, ``aot_autograd_cache_hits``/``_misses`` and
+        ``compile_cache``: ``"warm"`` (only hits), ``"cold"`` (only misses), ``"partial"``,
+        or ``None`` when nothing was looked up (eager, or caches off).
+    """
+    inductor, aot = counters["inductor"], counters["aot_autograd"]
+    figures: dict[str, int | str | None] = {
+        "fx_graph_cache_hits": int(inductor["fxgraph_cache_hit"]),
+        "fx_graph_cache_misses": int(inductor["fxgraph_cache_miss"]),
+        "aot_autograd_cache_hits": int(aot["autograd_cache_hit"]),
+        "aot_autograd_cache_misses": int(aot["autograd_cache_miss"]),
+    }
+    hits = figures["fx_graph_cache_hits"] + figures["aot_autograd_cache_hits"]
+    misses = figures["fx_graph_cache_misses"] + figures["aot_autograd_cache_misses"]
+    state = "partial" if hits and misses else "warm" if hits else "cold" if misses else None
+    figures["compile_cache"] = state
+    return figures

@@ -1,0 +1,90 @@
+"""FLOPs per step, achieved FLOP/s and MFU in every run's telemetry."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from kiln.core import TrainerConfig, fit
+from kiln.core import flops as flops_module
+from kiln.core.flops import peak_flops_per_s
+
+B, IN, HIDDEN, OUT = 4, 8, 16, 3
+
+
+class TwoLinear(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(IN, HIDDEN), torch.nn.Dropout(0.5), torch.nn.Linear(HIDDEN, OUT)
+        )
+        g = torch.Generator().manual_seed(1)
+        self.data = TensorDataset(torch.randn(32, IN, generator=g), torch.randint(0, OUT, (32,)))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return {"loss": F.cross_entropy(self.net(x), y), "num_items": x.shape[0]}
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self):
+        return DataLoader(self.data, batch_size=B, shuffle=True, drop_last=True)
+
+
+def analytic_micro_batch_flops() -> int:
+    matmul = lambda m, k, n: 2 * m * k * n  # noqa: E731
+    forward = matmul(B, IN, HIDDEN) + matmul(B, HIDDEN, OUT)
+    # backward: both layers' weight gradients, and the input gradient of the second only
+    # (the batch needs none)
+    backward = matmul(B, IN, HIDDEN) + 2 * matmul(B, HIDDEN, OUT)
+    return forward + backward
+
+
+def run(accumulate: int = 1, **kw):
+    module = TwoLinear()
+    trainer = TrainerConfig(
+        max_steps=4, accumulate_grad_batches=accumulate, accelerator="cpu", progress=False, **kw
+    )
+    return module, fit(module, trainer).telemetry
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_flops_per_step_is_the_analytic_matmul_count_and_mfu_is_none_on_cpu(accumulate):
+    _, telemetry = run(accumulate)
+    assert telemetry["flops_per_step"] == accumulate * analytic_micro_batch_flops()
+    step_s = telemetry["step_time_median_s"]
+    assert telemetry["achieved_flops_per_s"] == pytest.approx(telemetry["flops_per_step"] / step_s)
+    assert telemetry["mfu"] is None  # kiln knows no peak for a CPU
+
+
+def test_counting_flops_changes_no_weight_and_no_random_stream():
+    counted, _ = run(count_flops=True)
+    plain, telemetry = run(count_flops=False)
+    assert telemetry["flops_per_step"] is None
+    for (name, a), b in zip(counted.state_dict().items(), plain.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_peak_flops_come_from_the_table_by_device_name_and_precision(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 PCIe")
+    cuda = torch.device("cuda", 0)
+    assert peak_flops_per_s(cuda, "bf16-mixed") == 756e12
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100-SXM4-80GB")
+    assert peak_flops_per_s(cuda, "16-mixed") == 312e12
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "highest")
+    assert peak_flops_per_s(cuda, "32-true") == 19.5e12
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
+    assert peak_flops_per_s(cuda, "32-true") == 156e12
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Some Future GPU")
+    assert peak_flops_per_s(cuda, "bf16-mixed") is None
+    assert peak_flops_per_s(torch.device("cpu"), "bf16-mixed") is None
+
+
+def test_mfu_divides_achieved_flops_by_the_peak_of_every_rank():
+    out = flops_module.flops_telemetry(100, 2, 4, 0.5, peak=1000.0)
+    assert out == {"flops_per_step": 800, "achieved_flops_per_s": 1600.0, "mfu": 0.4}

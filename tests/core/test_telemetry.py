@@ -129,6 +129,12 @@ def test_graph_breaks_are_counted_with_reasons():
         "graph_breaks": 0,
         "unique_graphs": 0,
         "graph_break_reasons": [],
+        "compiled_blocks": 0,
+        "compile_cache": None,  # nothing compiled: no on-disk cache was asked
+        "fx_graph_cache_hits": 0,
+        "fx_graph_cache_misses": 0,
+        "aot_autograd_cache_hits": 0,
+        "aot_autograd_cache_misses": 0,
     }
 
 

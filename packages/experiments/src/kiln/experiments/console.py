@@ -33,6 +33,8 @@ def fmt(value: Any, column: str = "") -> str:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if column == "flops_per_step" and isinstance(value, int | float):
+        return f"{value:.3g}"  # 12 digits say less than the exponent
     if isinstance(value, float):
         if column.endswith("rel_err"):
             return f"{value:.1e}"
@@ -58,7 +60,7 @@ def job_table(summary: dict[str, Any]) -> Table:
     telemetry = summary.get("telemetry") or {}
     if telemetry:
         flops = mfu_fields(summary)
-        table.add_row("FLOPs/step", fmt(flops["flops_per_step"]))
+        table.add_row("FLOPs/step", fmt(flops["flops_per_step"], "flops_per_step"))
         table.add_row("achieved TFLOP/s", fmt(flops["achieved_tflops_per_s"]))
         table.add_row("MFU", mfu_text(flops))
         if telemetry.get("compile_cache"):

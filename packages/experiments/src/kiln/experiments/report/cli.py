@@ -7,9 +7,10 @@ prints the tables:
 - bench sweeps: per (compile mode, precision) the geometric-mean speedup over passing
   models, the pass rate over all models, mean compile time and memory ratio
   (``bench_summary.csv``), a row per model (``bench_models.csv``), ``speedup.png``;
-- training sweeps: final metrics, throughput, steady step time, speedup against the eager
-  run of the same sweep, scaling efficiency (``train_runs.csv``), ``loss.png``,
-  ``throughput.png``.
+- training sweeps: final metrics, throughput, steady step time, FLOPs per step, achieved
+  TFLOP/s, MFU, cold or warm compile, speedup against the eager run of the same sweep and
+  scaling efficiency, each with an interval or marked noise (``train_runs.csv``),
+  ``loss.png``, ``throughput.png``.
 
 ``--wandb`` also logs the tables and plots as one run in the sweep's W&B group.
 """

@@ -6,7 +6,13 @@ import json
 import pytest
 
 from kiln.experiments.report.cli import build_report
-from kiln.experiments.report.train import loss_curves, train_rows
+from kiln.experiments.report.train import (
+    MIN_MEASURED_STEPS,
+    loss_curves,
+    noise_marked,
+    run_name,
+    train_rows,
+)
 
 
 def summary(overrides, compile_mode, devices, step_s, samples_per_s, losses):
@@ -97,3 +103,98 @@ def test_report_on_a_training_sweep(tmp_path):
         rows = list(csv.DictReader(handle))
     assert len(rows) == 3 and "val/accuracy" in rows[0] and "speedup_vs_eager" in rows[0]
     assert "## Training runs" in (tmp_path / "report.md").read_text()
+
+
+def timed(record, measured_steps, iqr_s):
+    """``record`` with its telemetry's measured step count and step-time IQR set."""
+    record = json.loads(json.dumps(record))
+    record["telemetry"].update(measured_steps=measured_steps, step_time_iqr_s=iqr_s)
+    return record
+
+
+def pair(steps, eager_s, compiled_s, iqr_s):
+    """An eager and a compiled run of the same config, ``steps`` measured steps each."""
+    return [
+        timed(summary(["compile=none"], "none", 1, eager_s, 100.0, [1.0]), steps, iqr_s),
+        timed(summary(["compile=default"], "default", 1, compiled_s, 200.0, [1.0]), steps, iqr_s),
+    ]
+
+
+def compiled_row(records):
+    return next(r for r in train_rows(records) if r["compile_mode"] == "default")
+
+
+def test_a_speedup_from_few_steps_is_noise_and_never_printed_bare(tmp_path):
+    # clearly separated times, but only 10 measured steps per run
+    records = pair(10, 0.020, 0.010, 0.001)
+    row = compiled_row(records)
+    assert row["speedup_vs_eager"] == pytest.approx(2.0)
+    assert row["speedup_noise"] == "10 steps"
+    for i, record in enumerate(records):
+        (tmp_path / str(i)).mkdir()
+        (tmp_path / str(i) / "summary.json").write_text(json.dumps(record))
+    build_report(tmp_path, show=False)
+    report = (tmp_path / "report.md").read_text()
+    assert "2.000 (noise: 10 steps)" in report
+    assert f"fewer than {MIN_MEASURED_STEPS} steps" in report  # the rule is in the header
+    with (tmp_path / "train_runs.csv").open() as handle:
+        csv_row = next(r for r in csv.DictReader(handle) if r["compile_mode"] == "default")
+    assert float(csv_row["speedup_vs_eager"]) == pytest.approx(2.0)
+    assert csv_row["speedup_noise"] == "10 steps"
+
+
+def test_a_speedup_from_many_separated_steps_is_significant():
+    row = compiled_row(pair(50, 0.020, 0.010, 0.001))
+    assert row["speedup_noise"] is None
+    # the interquartile bands 19.5-20.5 ms and 9.5-10.5 ms: their ratio's extremes
+    assert row["speedup_ci_low"] == pytest.approx(19.5 / 10.5)
+    assert row["speedup_ci_high"] == pytest.approx(20.5 / 9.5)
+    (shown,) = noise_marked([row])
+    assert shown["speedup_vs_eager"].startswith("2.000 [")
+
+
+def test_a_speedup_whose_step_time_bands_overlap_is_noise():
+    # 50 steps each, but 20 ms +- 4 ms against 18 ms +- 4 ms
+    row = compiled_row(pair(50, 0.020, 0.018, 0.008))
+    assert row["speedup_ci_low"] < 1.0 < row["speedup_ci_high"]
+    assert row["speedup_noise"] == "interval spans 1.0"
+
+
+def test_scaling_efficiency_from_few_steps_is_noise():
+    one = timed(summary(["trainer.devices=1"], "none", 1, 0.020, 400.0, [1.0]), 50, 0.001)
+    two = timed(summary(["trainer.devices=2"], "none", 2, 0.025, 600.0, [1.0]), 12, 0.001)
+    rows = {r["devices"]: r for r in train_rows([one, two])}
+    assert rows[2]["scaling_efficiency"] == pytest.approx(0.75)
+    assert rows[2]["scaling_noise"] == "12 steps"
+    assert rows[1]["scaling_noise"] is None  # the base itself: 1.0 by definition
+
+
+def with_flops(record, mfu, device_count):
+    record = json.loads(json.dumps(record))
+    record["telemetry"].update(
+        flops_per_step=3.0e12,
+        achieved_flops_per_s=3.0e12 / record["telemetry"]["step_time_median_s"],
+        mfu=mfu,
+        compile_cache="warm",
+    )
+    record["machine"]["device_count"] = device_count
+    return record
+
+
+def test_report_shows_flops_achieved_tflops_mfu_and_compile_cache(tmp_path):
+    gpu = with_flops(RECORDS[1], 0.412, 1)
+    cpu = with_flops(RECORDS[0], None, 0)
+    rows = {r["run"]: r for r in train_rows([gpu, cpu])}
+    gpu_row, cpu_row = rows[run_name(gpu)], rows[run_name(cpu)]
+    assert gpu_row["flops_per_step"] == 3.0e12
+    assert gpu_row["achieved_tflops_per_s"] == pytest.approx(
+        3.0 / gpu["telemetry"]["step_time_median_s"]
+    )
+    assert gpu_row["mfu"] == 0.412 and gpu_row["compile_cache"] == "warm"
+    assert cpu_row["mfu"] is None and cpu_row["mfu_na"] == "cpu"
+    for i, record in enumerate([gpu, cpu]):
+        (tmp_path / str(i)).mkdir()
+        (tmp_path / str(i) / "summary.json").write_text(json.dumps(record))
+    build_report(tmp_path, show=False)
+    report = (tmp_path / "report.md").read_text()
+    assert "| mfu |" in report and f"{0.412:.1%}" in report and "n/a (cpu)" in report

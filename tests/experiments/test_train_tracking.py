@@ -115,3 +115,28 @@ def test_report_takes_group_and_project_from_the_records_wandb_entry(tmp_path):
     records = [{"wandb": None}, {"wandb": {"group": "bench/2025", "project": "p"}}]
     assert sweep_group(records, tmp_path) == ("bench/2025", "p")
     assert sweep_group([{"job_name": "bench"}], tmp_path) == (f"bench/{tmp_path.name}", None)
+
+
+@pytest.mark.slow
+def test_flops_mfu_and_compile_cache_reach_the_wandb_summary(tmp_path):
+    from kiln.experiments.train.runner import _wandb_summary
+
+    telemetry = {
+        "flops_per_step": 6.0e11,
+        "achieved_flops_per_s": 3.0e13,
+        "mfu": None,  # the CPU: no peak
+        "compile_cache": "warm",
+        "measured_steps": 36,
+    }
+    record = {
+        "metrics": {"val/accuracy": 0.75},
+        "telemetry": telemetry,
+        "global_step": 40,
+        "train_loss": 0.5,
+        "seed": 0,
+        "init_weights_sha256": "ab",
+    }
+    with Tracker(LoggerConfig(), JobInfo(output_dir=str(tmp_path))) as tracker:
+        tracker.summarize(_wandb_summary(record))
+    summary = wandb_files.read_summary(tmp_path)
+    assert {k: summary.get(f"telemetry/{k}") for k in telemetry} == telemetry

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kiln.experiments.job import RECORD_KINDS
+from kiln.experiments.mfu import mfu_fields, mfu_text
 
 if TYPE_CHECKING:
     from kiln.experiments.sweep import SweepJob
@@ -22,6 +23,8 @@ _TELEMETRY_UNITS = {
     "tokens_per_s": "/s",
     "peak_memory_mb": "MB",
 }
+# shown in their own rows (units, MFU "n/a (cpu)"), not as raw telemetry
+_OWN_ROWS = ("flops_per_step", "achieved_flops_per_s", "mfu", "compile_cache")
 
 
 def fmt(value: Any, column: str = "") -> str:
@@ -30,6 +33,8 @@ def fmt(value: Any, column: str = "") -> str:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if column == "flops_per_step" and isinstance(value, int | float):
+        return f"{value:.3g}"  # 12 digits say less than the exponent
     if isinstance(value, float):
         if column.endswith("rel_err"):
             return f"{value:.1e}"
@@ -52,8 +57,16 @@ def job_table(summary: dict[str, Any]) -> Table:
     table.add_row("train/loss", fmt(summary.get("train_loss")))
     for key, value in sorted(summary.get("metrics", {}).items()):
         table.add_row(key, fmt(value))
-    for key, value in summary.get("telemetry", {}).items():
-        if not isinstance(value, int | float):
+    telemetry = summary.get("telemetry") or {}
+    if telemetry:
+        flops = mfu_fields(summary)
+        table.add_row("FLOPs/step", fmt(flops["flops_per_step"], "flops_per_step"))
+        table.add_row("achieved TFLOP/s", fmt(flops["achieved_tflops_per_s"]))
+        table.add_row("MFU", mfu_text(flops))
+        if telemetry.get("compile_cache"):
+            table.add_row("compile cache", str(telemetry["compile_cache"]))
+    for key, value in telemetry.items():
+        if key in _OWN_ROWS or not isinstance(value, int | float):
             continue  # lists (graph-break reasons) are in summary.json and W&B
         unit = _TELEMETRY_UNITS.get(key, "")
         table.add_row(f"telemetry/{key}", f"{fmt(value)} {unit}".strip(), style="dim")

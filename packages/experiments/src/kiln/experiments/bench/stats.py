@@ -48,6 +48,24 @@ def bootstrap_speedup_interval(
     return float(low), float(high)
 
 
+def band_ratio_interval(
+    num_median: float, num_iqr: float, den_median: float, den_iqr: float
+) -> tuple[float, float]:
+    """A conservative interval of ``num_median / den_median`` when only medians and IQRs are
+    known (no per-step times to bootstrap): the ratio of the two interquartile bands
+    ``median +- IQR/2``, from lowest over highest to highest over lowest. It spans 1.0 exactly
+    when the two bands overlap.
+
+    Returns:
+        ``(low, high)``; ``high`` is ``inf`` when the denominator's band reaches zero.
+    """
+    num_low, num_high = num_median - num_iqr / 2, num_median + num_iqr / 2
+    den_low, den_high = den_median - den_iqr / 2, den_median + den_iqr / 2
+    low = max(num_low, 0.0) / den_high if den_high > 0 else math.inf
+    high = num_high / den_low if den_low > 0 else math.inf
+    return float(low), float(high)
+
+
 def speedup_stats(eager_s: Sequence[float], compiled_s: Sequence[float]) -> dict[str, float | bool]:
     """Speedup of interleaved timings: median eager / median compiled, spread and interval.
 

@@ -7,9 +7,10 @@ prints the tables:
 - bench sweeps: per (compile mode, precision) the geometric-mean speedup over passing
   models, the pass rate over all models, mean compile time and memory ratio
   (``bench_summary.csv``), a row per model (``bench_models.csv``), ``speedup.png``;
-- training sweeps: final metrics, throughput, steady step time, speedup against the eager
-  run of the same sweep, scaling efficiency (``train_runs.csv``), ``loss.png``,
-  ``throughput.png``.
+- training sweeps: final metrics, throughput, steady step time, FLOPs per step, achieved
+  TFLOP/s, MFU, cold or warm compile, speedup against the eager run of the same sweep and
+  scaling efficiency, each with an interval or marked noise (``train_runs.csv``),
+  ``loss.png``, ``throughput.png``.
 
 ``--wandb`` also logs the tables and plots as one run in the sweep's W&B group.
 """
@@ -30,11 +31,12 @@ from kiln.experiments.report.render import (
     print_rows,
     write_csv,
 )
-from kiln.experiments.report.train import loss_curves, train_rows
+from kiln.experiments.report.train import NOISE_RULE, loss_curves, noise_marked, train_rows
 
 TRAIN_METHOD = (
     "steady step time = median optimizer-step time after warm-up (kiln.core "
-    "telemetry); speedup = eager run's step time / this run's, same overrides"
+    "telemetry); speedup = eager run's step time / this run's, same overrides; "
+    f"MFU = achieved FLOP/s / the devices' peak (n/a where kiln knows no peak); {NOISE_RULE}"
 )
 _TRAIN_FIRST = [
     "run",
@@ -50,16 +52,38 @@ _TRAIN_FIRST = [
 _TRAIN_LAST = [
     "step_time_ms",
     "step_time_iqr_ms",
+    "measured_steps",
     "samples_per_s",
     "tokens_per_s",
+    "flops_per_step",
+    "achieved_tflops_per_s",
+    "mfu",
+    "mfu_na",
     "compile_time_s",
+    "compile_cache",
     "peak_memory_mb",
     "recompiles",
     "graph_breaks",
     "speedup_vs_eager",
+    "speedup_ci_low",
+    "speedup_ci_high",
+    "speedup_noise",
     "scaling_efficiency",
+    "scaling_ci_low",
+    "scaling_ci_high",
+    "scaling_noise",
     "error",
 ]
+# in the CSV only: the printed tables fold them into the figure's cell
+_CSV_ONLY = (
+    "mfu_na",
+    "speedup_ci_low",
+    "speedup_ci_high",
+    "speedup_noise",
+    "scaling_ci_low",
+    "scaling_ci_high",
+    "scaling_noise",
+)
 
 
 def build_report(
@@ -80,6 +104,7 @@ def build_report(
     md = [f"# kiln report: {sweep.root.resolve().name}", "", f"- Sweep: `{sweep.root.resolve()}`"]
     md += [f"- Machine: {line}" for line in machine_lines(records)]
     tables: dict[str, tuple[list[str], list[dict[str, Any]]]] = {}
+    shown: dict[str, tuple[list[str], list[dict[str, Any]]]] = {}  # printed instead of tables
     plots: list[Path] = []
     files: list[Path] = []
 
@@ -117,13 +142,15 @@ def build_report(
         columns = _TRAIN_FIRST + metric_cols + _TRAIN_LAST
         tables["train_runs"] = (columns, rows)
         files.append(write_csv(out / "train_runs.csv", rows, columns))
+        shown_columns = [c for c in columns if c not in _CSV_ONLY]
+        shown["train_runs"] = (shown_columns, noise_marked(rows))
         md += [
             "",
             "## Training runs",
             "",
             f"Method: {TRAIN_METHOD}.",
             "",
-            markdown_table(rows, columns),
+            markdown_table(noise_marked(rows), shown_columns),
         ]
         curves = loss_curves(sweep.train)
         if curves:
@@ -140,7 +167,7 @@ def build_report(
 
     if show:
         print("\n".join(line for line in md[:8] if line.startswith("- ") or line.startswith("#")))
-        for name, (columns, rows) in tables.items():
+        for name, (columns, rows) in {**tables, **shown}.items():
             print_rows(name, rows, columns)
         print(f"wrote {', '.join(str(f) for f in files)}")
     return {"files": files, "tables": tables, "plots": plots, "records": records}

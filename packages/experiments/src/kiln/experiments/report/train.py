@@ -7,13 +7,36 @@ Besides each run's final metrics and telemetry it derives
 - ``scaling_efficiency``: throughput per device relative to the run with the fewest devices
   and otherwise the same overrides (1.0 is perfect linear scaling). ``samples_per_s`` is
   the global throughput of a run, over all its devices.
+
+Both are ratios of two noisy measurements, so each carries an interval (``*_ci_low``,
+``*_ci_high``) and a ``*_noise`` reason: the summaries hold step-time medians and IQRs, not
+per-step times, so the interval is the conservative ratio of the two runs' interquartile
+bands (:func:`~kiln.experiments.bench.stats.band_ratio_interval`). A figure is noise when
+either run measured fewer than :data:`MIN_MEASURED_STEPS` steps or the interval spans 1.0;
+printed tables then show it as ``1.03 (noise: 12 steps)``, never bare.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kiln.experiments.bench.stats import band_ratio_interval
+from kiln.experiments.console import fmt
 from kiln.experiments.job import identity_overrides
+from kiln.experiments.mfu import mfu_fields, mfu_text
+
+MIN_MEASURED_STEPS = 20
+"""Fewer measured (post-warm-up) steps than this in either run make a ratio noise."""
+NOISE_RULE = (
+    f"a speedup or scaling efficiency is marked noise when either run measured fewer than "
+    f"{MIN_MEASURED_STEPS} steps or its interval (ratio of the runs' step-time bands, "
+    f"median +- IQR/2) spans 1.0"
+)
+# (figure column, its interval and noise columns)
+_RATIOS = {
+    "speedup_vs_eager": ("speedup_ci_low", "speedup_ci_high", "speedup_noise"),
+    "scaling_efficiency": ("scaling_ci_low", "scaling_ci_high", "scaling_noise"),
+}
 
 _COMPILE_KEYS = ("compile",)
 _DEVICE_KEYS = ("devices", "trainer.devices", "trainer.num_nodes", "trainer.strategy")
@@ -68,12 +91,16 @@ def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 else None,
                 "samples_per_s": tel.get("samples_per_s"),
                 "tokens_per_s": tel.get("tokens_per_s"),
+                **mfu_fields(rec),
                 "compile_time_s": tel.get("compile_time_s"),
+                "compile_cache": tel.get("compile_cache"),
                 "peak_memory_mb": tel.get("peak_memory_mb"),
                 "recompiles": tel.get("recompiles"),
                 "graph_breaks": tel.get("graph_breaks"),
+                "measured_steps": tel.get("measured_steps"),
                 "speedup_vs_eager": None,
                 "scaling_efficiency": None,
+                **{col: None for cols in _RATIOS.values() for col in cols},
                 "error": rec.get("error"),
             }
         )
@@ -99,6 +126,8 @@ def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ]
         if eager and row["step_time_ms"]:
             row["speedup_vs_eager"] = eager[0]["step_time_ms"] / row["step_time_ms"]
+            if eager[0] is not row:  # the eager run against itself is 1.0 by definition
+                _mark(row, "speedup_vs_eager", eager[0], row)
         peers = [
             rows[j]
             for j in range(len(rows))
@@ -110,6 +139,8 @@ def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 row["scaling_efficiency"] = (row["samples_per_s"] / base["samples_per_s"]) / (
                     row["devices"] / base["devices"]
                 )
+                if base is not row:
+                    _mark(row, "scaling_efficiency", base, row)
     return sorted(
         rows,
         key=lambda r: (
@@ -120,6 +151,49 @@ def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             r["run"],
         ),
     )
+
+
+def _mark(row: dict[str, Any], column: str, base: dict[str, Any], run: dict[str, Any]) -> None:
+    """Set ``column``'s interval and noise reason in ``row``: ``column`` is a ratio of
+    ``base``'s step time over ``run``'s (times a constant), so its interval is the figure
+    scaled by the interval of that step-time ratio."""
+    low_col, high_col, noise_col = _RATIOS[column]
+    steps = [r.get("measured_steps") for r in (base, run)]
+    times = [(r.get("step_time_ms"), r.get("step_time_iqr_ms")) for r in (base, run)]
+    if all(isinstance(t, int | float) for pair in times for t in pair):
+        (base_ms, base_iqr), (run_ms, run_iqr) = times
+        low, high = band_ratio_interval(base_ms, base_iqr, run_ms, run_iqr)
+        scale = row[column] / (base_ms / run_ms)
+        row[low_col], row[high_col] = low * scale, high * scale
+    if any(not isinstance(n, int) for n in steps):
+        row[noise_col] = "steps not recorded"
+    elif min(steps) < MIN_MEASURED_STEPS:
+        row[noise_col] = f"{min(steps)} steps"
+    elif row[low_col] is None:
+        row[noise_col] = "no step-time spread"
+    elif row[low_col] <= 1.0 <= row[high_col]:
+        row[noise_col] = "interval spans 1.0"
+
+
+def noise_marked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` for printing: a speedup or scaling efficiency that is noise becomes the text
+    ``"1.03 (noise: 12 steps)"``, one that is not carries its interval
+    (``"2.000 [1.905, 2.105]"``) (the CSV keeps the number and the reason apart), and a
+    missing MFU says why (``"n/a (cpu)"``)."""
+    shown = []
+    for row in rows:
+        row = dict(row)
+        for column, (low_col, high_col, noise_col) in _RATIOS.items():
+            if row.get(column) is None:
+                continue
+            if row.get(noise_col):
+                row[column] = f"{fmt(row[column], column)} (noise: {row[noise_col]})"
+            elif row.get(low_col) is not None:
+                low, high = (fmt(row[c], column) for c in (low_col, high_col))
+                row[column] = f"{fmt(row[column], column)} [{low}, {high}]"
+        row["mfu"] = mfu_text(row)
+        shown.append(row)
+    return shown
 
 
 def loss_curves(records: list[dict[str, Any]], key: str = "train/loss") -> dict[str, tuple]:

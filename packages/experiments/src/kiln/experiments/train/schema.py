@@ -9,19 +9,35 @@ before any work starts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from kiln.core import CompileConfig
 from kiln.experiments.resolvers import register_resolvers
 from kiln.experiments.schema import JobConfig
+
+COMPILE_CACHE_DIR = "${paths.log_dir}/inductor_cache"
+"""Where kiln-train keeps inductor's on-disk caches by default: one directory per log dir,
+so the jobs of a sweep and re-runs compile each graph once (``compile.cache_dir=null``:
+torch's own settings). kiln-bench keeps its cold compile."""
+
+
+def _train_compile() -> CompileConfig:
+    # kiln.core grows compile.cache_dir with issue 11; until then there is nothing to set
+    if "cache_dir" not in CompileConfig.__dataclass_fields__:
+        return CompileConfig()
+    return CompileConfig(cache_dir=COMPILE_CACHE_DIR)  # type: ignore[call-arg]
 
 
 @dataclass
 class TrainConfig(JobConfig):
     """Everything one ``kiln-train`` job needs (the fields of :class:`JobConfig`, plus data)."""
+
+    compile: CompileConfig = field(default_factory=_train_compile)
+    """As :class:`JobConfig`'s, with inductor's caches shared below ``paths.log_dir``."""
 
     data: Any = None
     """A data module to instantiate (``_target_`` plus its arguments), or ``None``."""

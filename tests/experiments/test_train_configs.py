@@ -171,10 +171,6 @@ def test_bad_override_on_the_command_line_fails_fast(tmp_path):
     assert not (tmp_path / "runs").exists()  # nothing ran
 
 
-@pytest.mark.skipif(
-    "cache_dir" not in TrainConfig().compile.__dataclass_fields__,
-    reason="kiln.core's CompileConfig has no cache_dir yet (issue 11, branch i-core11)",
-)
 def test_jobs_share_one_inductor_cache_below_the_log_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("KILN_LOG_DIR", str(tmp_path))
     for compile_mode in ("default", "max-autotune"):

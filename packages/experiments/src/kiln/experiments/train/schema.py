@@ -26,10 +26,7 @@ torch's own settings). kiln-bench keeps its cold compile."""
 
 
 def _train_compile() -> CompileConfig:
-    # kiln.core grows compile.cache_dir with issue 11; until then there is nothing to set
-    if "cache_dir" not in CompileConfig.__dataclass_fields__:
-        return CompileConfig()
-    return CompileConfig(cache_dir=COMPILE_CACHE_DIR)  # type: ignore[call-arg]
+    return CompileConfig(cache_dir=COMPILE_CACHE_DIR)
 
 
 @dataclass

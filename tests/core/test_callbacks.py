@@ -235,9 +235,9 @@ def test_invalid_arguments_fail_clearly() -> None:
         BestCheckpoint(mode="maximum")
     with pytest.raises(ValueError, match="patience=0"):
         EarlyStopping(patience=0)
-    with pytest.raises(ValueError, match="decay=1.0"):
+    with pytest.raises(ValueError, match=r"decay=1.0"):
         EMA(decay=1.0)
-    with pytest.raises(ValueError, match="'step-00000001.ckpt' is not valid"):
+    with pytest.raises(ValueError, match=r"'step-00000001.ckpt' is not valid"):
         fit(
             ScriptedToy({1: 1.0}),
             cfg(max_steps=1, val_every_n_steps=1),

@@ -107,7 +107,7 @@ def test_crash_between_write_and_rename_keeps_previous_checkpoint(fabric, tmp_pa
 
 def test_find_latest_skips_truncated_files_and_orders_by_step(fabric, tmp_path):
     assert find_latest_checkpoint(tmp_path / "missing") is None
-    model, optimizer = _setup(fabric, Net())
+    model, _ = _setup(fabric, Net())
     good = save_checkpoint(fabric, tmp_path, 9, {"model": model}, keep_last_k=5)
     save_checkpoint(fabric, tmp_path, 10, {"model": model}, keep_last_k=5)
     # step 100 sorts after step 10 numerically, and is truncated
@@ -131,7 +131,7 @@ def test_keeps_last_k(fabric, tmp_path):
 
 def test_compiled_and_eager_checkpoints_are_interchangeable(fabric, tmp_path):
     torch.manual_seed(0)
-    eager, eager_opt = _setup(fabric, Net())
+    eager, _ = _setup(fabric, Net())
     torch.manual_seed(1)
     compiled, compiled_opt = _setup(fabric, torch.compile(Net(), backend="aot_eager"))
     _train_step(fabric, compiled, compiled_opt)  # runs the compiled graph
@@ -189,7 +189,7 @@ def test_mismatched_model_fails_with_clear_message(fabric, tmp_path):
         load_checkpoint(fabric, path, {"model": wider})
     with pytest.raises(KeyError, match="has no \\['scheduler'\\]"):
         load_checkpoint(fabric, path, {"model": Net(), "scheduler": object()})
-    with pytest.raises(FileNotFoundError, match="nope.ckpt"):
+    with pytest.raises(FileNotFoundError, match=r"nope.ckpt"):
         load_checkpoint(fabric, tmp_path / "nope.ckpt", {"model": Net()})
 
 

@@ -77,12 +77,12 @@ def test_regional_compile_without_repeated_blocks_says_what_is_wrong():
     module = Stack()
     module.blocks = torch.nn.ModuleList([Block(8)])
     trainer = TrainerConfig(max_steps=1, accelerator="cpu", progress=False)
-    with pytest.raises(ValueError, match="no nn.ModuleList of blocks"):
+    with pytest.raises(ValueError, match=r"no nn.ModuleList of blocks"):
         fit(module, trainer, CompileConfig(mode="default", backend="aot_eager", regional=True))
 
 
 def test_cache_dir_must_be_a_path():
-    with pytest.raises(ValueError, match="compile.cache_dir"):
+    with pytest.raises(ValueError, match=r"compile.cache_dir"):
         CompileConfig(cache_dir="")
 
 

@@ -51,5 +51,5 @@ def test_two_processes_match_one_big_batch_exactly_in_float64(accumulate: int) -
 
 
 def test_several_devices_without_launcher_fail_clearly() -> None:
-    with pytest.raises(RuntimeError, match="kiln.core.launch"):
+    with pytest.raises(RuntimeError, match=r"kiln.core.launch"):
         fit(ToyTokenModule(), TrainerConfig(accelerator="cpu", devices=2, progress=False))

@@ -176,9 +176,10 @@ class TrainOnlyToy(ToyTokenModule):
 def test_each_fit_compiles_from_a_clean_dynamo_state() -> None:
     # Two jobs of a sweep in one process, different batch sizes: the second must report its
     # own compile (not reuse the first one's graphs, nor count a recompile against them).
-    compile = CompileConfig(mode="default", backend="aot_eager")
+    compile_config = CompileConfig(mode="default", backend="aot_eager")
     runs = [
-        fit(TrainOnlyToy(n=16, batch_size=b), cfg(max_steps=2), compile).telemetry for b in (2, 4)
+        fit(TrainOnlyToy(n=16, batch_size=b), cfg(max_steps=2), compile_config).telemetry
+        for b in (2, 4)
     ]
     for t in runs:
         assert t["compile_time_s"] > 0

@@ -165,5 +165,5 @@ def test_step_timer_times_steps_and_records_them_at_the_sync_point():
     assert len(timer) == 3
     assert timer._tokens[:2] == [7.0, 9.0] and math.isnan(timer._tokens[2])
     assert all(s >= 0 for s in timer._seconds)
-    with pytest.raises(RuntimeError, match="without a StepTimer.start"):
+    with pytest.raises(RuntimeError, match=r"without a StepTimer.start"):
         timer.stop(samples=1)

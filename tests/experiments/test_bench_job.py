@@ -30,9 +30,9 @@ def test_bench_config_composes_and_validates():
             assert len(models) >= 10
             for model in models:  # every swept model config exists and composes
                 assert compose("bench", overrides=[f"model={model}"]).model.arch
-    with pytest.raises(ValueError, match="bench.batch_size=0"):
+    with pytest.raises(ValueError, match=r"bench.batch_size=0"):
         BenchSettings(batch_size=0)
-    with pytest.raises(ValueError, match="bench.tolerance"):
+    with pytest.raises(ValueError, match=r"bench.tolerance"):
         BenchSettings(tolerance=-1.0)
 
 

@@ -8,7 +8,7 @@ from kiln.experiments.console import job_table
 
 
 def render(summary):
-    console = Console(width=160, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console = Console(width=160, record=True, file=open("/dev/null", "w"))
     console.print(job_table(summary))
     return console.export_text()
 

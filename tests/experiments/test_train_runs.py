@@ -53,7 +53,7 @@ def test_single_run_writes_summary_and_one_offline_wandb_run(tmp_path):
     assert tags <= set(run["tags"])
     assert record["model"] == "minilm-cls" and record["model_tiny"] is True
     assert run["config"]["trainer"]["max_steps"] == 4  # the resolved config
-    assert run["name"] == ",".join(FAST + ["precision=bf16-mixed"])
+    assert run["name"] == ",".join([*FAST, "precision=bf16-mixed"])
     wb_summary = wandb_files.read_summary(wandb_run_dirs(job_dir)[0])
     assert wb_summary["status"] == "ok"
     assert wb_summary["val/accuracy"] == pytest.approx(record["metrics"]["val/accuracy"])

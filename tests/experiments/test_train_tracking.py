@@ -51,9 +51,9 @@ def test_run_name_and_group_come_from_the_job():
 
 
 def test_bad_logger_values_say_what_is_valid():
-    with pytest.raises(ValueError, match="logger.backend='tensorboard' is not valid; choose"):
+    with pytest.raises(ValueError, match=r"logger.backend='tensorboard' is not valid; choose"):
         LoggerConfig(backend="tensorboard")
-    with pytest.raises(ValueError, match="logger.mode='dryrun' is not valid; choose"):
+    with pytest.raises(ValueError, match=r"logger.mode='dryrun' is not valid; choose"):
         LoggerConfig(mode="dryrun")
 
 

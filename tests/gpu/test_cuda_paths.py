@@ -14,9 +14,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
-from toy import ToyTokenModule, weights  # noqa: E402
+from toy import ToyTokenModule, weights
 
-from kiln.core import CompileConfig, TrainerConfig, fit  # noqa: E402
+from kiln.core import CompileConfig, TrainerConfig, fit
 
 pytestmark = pytest.mark.gpu
 

@@ -9,10 +9,10 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import pytest  # noqa: E402
+import pytest
 
-import kiln.models as km  # noqa: E402
-from kiln.models.data import (  # noqa: E402
+import kiln.models as km
+from kiln.models.data import (
     CausalLMData,
     ImageClassificationData,
     TextClassificationData,

@@ -1,3 +1,4 @@
+import itertools
 import math
 
 import pytest
@@ -42,7 +43,7 @@ def test_warmup_then_cosine_and_linear_decay():
     assert factors[4] == pytest.approx(1.0)
     assert factors[12] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
     assert factors[20] == pytest.approx(0.1)
-    assert all(a >= b for a, b in zip(factors[4:], factors[5:], strict=False))
+    assert all(a >= b for a, b in itertools.pairwise(factors[4:]))
     linear = SchedulerConfig(name="linear", warmup_ratio=0.1)
     assert linear.warmup(50) == 5
     assert lr_factor(5 + 45 // 2, 50, linear) == pytest.approx(1 - 22 / 45)

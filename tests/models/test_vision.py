@@ -32,7 +32,7 @@ def test_pretrained_weights_from_a_local_file(tmp_path):
         if key.startswith("fc."):
             continue  # timm re-initializes the head when num_classes differs from the cfg's
         torch.testing.assert_close(module.model.state_dict()[key], value)
-    with pytest.raises(FileNotFoundError, match="missing.pth"):
+    with pytest.raises(FileNotFoundError, match=r"missing.pth"):
         tiny_model("resnet-tiny", pretrained=str(tmp_path / "missing.pth"))
 
 

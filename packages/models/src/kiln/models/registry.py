@@ -166,7 +166,7 @@ def valid_arguments(name: str) -> list[str]:
     functions: list[Any] = [entry.factory]
     try:
         cls = typing.get_type_hints(entry.factory).get("return")
-    except Exception:  # noqa: BLE001 - an unresolvable annotation only shortens the list
+    except Exception:
         cls = None
     if isinstance(cls, type):
         functions += [c.__init__ for c in cls.__mro__ if "__init__" in vars(c)]

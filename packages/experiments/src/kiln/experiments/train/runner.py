@@ -20,7 +20,7 @@ def _select(cfg: Any, key: str) -> Any:
 
     try:
         value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
-    except Exception:  # noqa: BLE001 - a summary field is best effort, the error says why
+    except Exception:
         return None
     return OmegaConf.to_container(value, resolve=False) if OmegaConf.is_config(value) else value
 

@@ -39,8 +39,10 @@ def load_plugins(extra: Iterable[str] = ()) -> list[str]:
     Raises:
         ImportError: A plugin does not import; the message names it and where it came from.
     """
-    targets = [(ep.value, f"entry point {ep.name!r} ({ENTRY_POINT_GROUP})") for ep in
-               entry_points(group=ENTRY_POINT_GROUP)]
+    targets = [
+        (ep.value, f"entry point {ep.name!r} ({ENTRY_POINT_GROUP})")
+        for ep in entry_points(group=ENTRY_POINT_GROUP)
+    ]
     targets += [(str(name), "the plugins config key") for name in extra]
     loaded = []
     for target, source in targets:

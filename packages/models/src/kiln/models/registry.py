@@ -154,7 +154,7 @@ def get_model_entry(name: str) -> ModelEntry:
             f"unknown model {name!r}{hint}; registered models: {', '.join(list_models())}. "
             "To add one, register it with @kiln.models.register_model in a module kiln "
             'loads: an entry point in your pyproject.toml ([project.entry-points."kiln.plugins"]'
-            " my_models = \"my_pkg.models\") or the config key plugins=[my_pkg.models]"
+            ' my_models = "my_pkg.models") or the config key plugins=[my_pkg.models]'
         )
     return _REGISTRY[name]
 

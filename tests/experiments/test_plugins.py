@@ -103,3 +103,28 @@ def test_model_test_kit_runs_on_plugin_models(installed, name):
     assert proc.returncode == 0, proc.stdout[-6000:]
     passed = int(re.search(r"(\d+) passed", proc.stdout).group(1))
     assert passed >= 4, proc.stdout[-2000:]
+
+
+def test_local_group_and_a_user_config_folder_join_kilns(tmp_path):
+    """configs/local/default.yaml (per machine) applies when present; a user's folder joins
+    through hydra.searchpath (both composed as kiln-train composes them)."""
+    from hydra import compose, initialize_config_dir
+
+    from kiln.experiments.config import config_dir
+    from kiln.experiments.train.schema import register_configs
+
+    configs = tmp_path / "configs"
+    shutil.copytree(config_dir(), configs)
+    assert not (configs / "local").exists()
+    register_configs()
+    with initialize_config_dir(config_dir=str(configs), version_base="1.3"):
+        assert compose("train").trainer.max_steps != 7
+    (configs / "local").mkdir()
+    (configs / "local" / "default.yaml").write_text(
+        "# @package _global_\ntrainer:\n  max_steps: 7\n"
+    )
+    plugin = f"hydra.searchpath=[file://{PLUGIN_SRC / 'kiln_plugin_example' / 'configs'}]"
+    with initialize_config_dir(config_dir=str(configs), version_base="1.3"):
+        cfg = compose("train", overrides=[plugin, "model=convnext-digits"])
+    assert cfg.trainer.max_steps == 7
+    assert cfg.model.name == "convnext-digits"

@@ -27,10 +27,15 @@ def compose_train(overrides: list[str], hydra_config: bool = False) -> DictConfi
 
 
 def run_train(
-    args: list[str], log_dir: Path, timeout: float = 600, cwd: Path | None = None
+    args: list[str],
+    log_dir: Path,
+    timeout: float = 600,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run ``kiln-train`` in a fresh interpreter with its outputs below ``log_dir``."""
-    env = {**os.environ, "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
+    """Run ``kiln-train`` in a fresh interpreter with its outputs below ``log_dir``
+    (``env``: extra environment variables, e.g. a ``PYTHONPATH`` holding a plugin)."""
+    env = {**os.environ, **(env or {}), "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
     cmd = [sys.executable, "-m", "kiln.experiments.train", *args]
     return subprocess.run(
         cmd, env=env, cwd=cwd or log_dir, capture_output=True, text=True, timeout=timeout

@@ -6,10 +6,17 @@ from typing import Any
 
 
 def build_module(resolved: dict[str, Any]) -> Any:
-    """The LightningModule a resolved config describes: data module, then ``create_model``."""
+    """The LightningModule a resolved config describes: plugins, data module, ``create_model``.
+
+    The config's ``plugins`` are imported first: a worker process that ``kiln.core.launch``,
+    torchrun or SLURM started has imported nothing of the user's yet.
+    """
     from hydra.utils import instantiate
 
     from kiln.models import OptimizerConfig, SchedulerConfig, create_model
+    from kiln.models.plugins import load_plugins
+
+    load_plugins(resolved.get("plugins") or [])
 
     data = instantiate(resolved["data"], _convert_="all") if resolved.get("data") else None
     optimizer = OptimizerConfig(**resolved["optimizer"])

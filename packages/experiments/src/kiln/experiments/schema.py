@@ -82,3 +82,6 @@ class JobConfig:
     """Extra W&B tags for the run."""
     print_config: bool = False
     """Print the config before the job starts."""
+    plugins: list[str] = field(default_factory=list)
+    """Modules (or ``module:callable``) to import before the model is built, in every
+    process of the job: a user's package that registers models (``kiln.models.plugins``)."""

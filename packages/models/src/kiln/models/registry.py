@@ -138,12 +138,23 @@ def _add(entry: ModelEntry) -> None:
 
 
 def get_model_entry(name: str) -> ModelEntry:
-    """The registry entry for ``name``; an unknown name lists the registered ones."""
+    """The registry entry for ``name``; an unknown name lists the registered ones.
+
+    A name not registered yet loads the ``kiln.plugins`` entry points first (a process that
+    never ran kiln's entry points, e.g. a notebook, still finds a plugin's models).
+    """
+    if name not in _REGISTRY:
+        from kiln.models.plugins import load_plugins
+
+        load_plugins()
     if name not in _REGISTRY:
         close = [n for n in _REGISTRY if name.lower() in n or n in name.lower()]
         hint = f" (did you mean: {', '.join(close)}?)" if close else ""
         raise ValueError(
-            f"unknown model {name!r}{hint}; registered models: {', '.join(list_models())}"
+            f"unknown model {name!r}{hint}; registered models: {', '.join(list_models())}. "
+            "To add one, register it with @kiln.models.register_model in a module kiln "
+            'loads: an entry point in your pyproject.toml ([project.entry-points."kiln.plugins"]'
+            ' my_models = "my_pkg.models") or the config key plugins=[my_pkg.models]'
         )
     return _REGISTRY[name]
 
@@ -226,6 +237,12 @@ def _unknown_argument(model: str, key: str, valid: list[str]) -> str:
 
 
 def list_models(pattern: str | None = None, task: str | None = None) -> list[str]:
-    """Registered model names, sorted, optionally filtered by a glob and a task."""
+    """Registered model names, sorted, optionally filtered by a glob and a task.
+
+    The ``kiln.plugins`` entry points are loaded first, so a plugin's models are listed.
+    """
+    from kiln.models.plugins import load_plugins
+
+    load_plugins()
     names = sorted(n for n, e in _REGISTRY.items() if task is None or e.task == task)
     return [n for n in names if pattern is None or fnmatch.fnmatch(n, pattern)]

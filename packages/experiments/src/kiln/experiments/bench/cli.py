@@ -59,6 +59,9 @@ def task(cfg: DictConfig) -> float | None:
 
 def main() -> None:
     """Console script entry point."""
+    from kiln.models.plugins import load_plugins
+
+    load_plugins()  # the kiln.plugins entry points: their models, data modules, callbacks
     register_configs()
     hydra.main(version_base="1.3", config_path=config_dir(), config_name="bench")(task)()
 

@@ -175,6 +175,9 @@ def build_report(
 
 def main(argv: list[str] | None = None) -> int:
     """The ``kiln-report`` command."""
+    from kiln.models.plugins import load_plugins
+
+    load_plugins()  # a plugin's models and metrics, as kiln-train had them
     parser = argparse.ArgumentParser(
         prog="kiln-report", description="Compare the jobs of a kiln-bench or kiln-train sweep."
     )

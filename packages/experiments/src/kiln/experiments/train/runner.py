@@ -94,6 +94,9 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
             life.record["config"] = resolved
             validate(cfg)  # every __post_init__ range check, before any work
+            from kiln.models.plugins import load_plugins
+
+            load_plugins(resolved.get("plugins") or [])
             if resolved.get("model"):
                 from kiln.models import get_model_entry
 

@@ -1,0 +1,1 @@
+"""An example kiln plugin package (tests only; kiln never imports it)."""

@@ -113,11 +113,14 @@ class Lifecycle:
     def failed(self) -> bool:
         return self.record["status"] == self.kind.failed_status
 
-    def track(self, cfg: LoggerConfig, *, config: dict[str, Any], tags: list[str]) -> None:
-        """Open the job's W&B run (or CSV logger) and record where it is; writer only."""
+    def track(
+        self, cfg: LoggerConfig, *, config: dict[str, Any], tags: list[str], resume: bool = False
+    ) -> None:
+        """Open the job's W&B run (or CSV logger) and record where it is; writer only
+        (``resume``: continue the run of an earlier attempt in this job directory)."""
         if not self.writer:
             return
-        self.tracker = Tracker(cfg, self.job, config=config, tags=tags)
+        self.tracker = Tracker(cfg, self.job, config=config, tags=tags, resume=resume)
         self.tracker.start()
         self.record["wandb"] = self.tracker.info
 

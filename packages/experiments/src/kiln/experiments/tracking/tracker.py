@@ -43,6 +43,8 @@ class Tracker:
         config: The resolved config, stored as the W&B run's config.
         tags: Tags for this run (e.g. ``["model:minilm-cls", "precision:32-true"]``).
         name: Run name; defaults to ``job.run_name`` (made from the overrides).
+        resume: Keep the run's id in the job directory and continue that run when the job
+            is re-run there (``kiln-train``); otherwise each start is a new run.
     """
 
     def __init__(
@@ -53,8 +55,10 @@ class Tracker:
         config: dict[str, Any] | None = None,
         tags: list[str] | None = None,
         name: str | None = None,
+        resume: bool = False,
     ) -> None:
         self.cfg = cfg
+        self.resume = resume
         self.job = job
         self.config = config or {}
         self.tags = list(dict.fromkeys([*(tags or []), *cfg.tags]))  # de-duplicated, in order
@@ -79,13 +83,14 @@ class Tracker:
         from kiln.experiments.tracking.wandb_files import last_logged_step
 
         id_file = Path(self.job.output_dir) / RUN_ID_FILE
-        run_id = id_file.read_text().strip() if id_file.is_file() else None
+        run_id = id_file.read_text().strip() if self.resume and id_file.is_file() else None
         logged_through = None
         if run_id:  # this job ran before: continue its run after the steps it holds
             files = sorted(Path(self.job.output_dir).glob(f"wandb/*-{run_id}/run-{run_id}.wandb"))
             logged_through = last_logged_step(files, STEP_METRIC)
         else:
             run_id = secrets.token_hex(4)  # W&B ids: lowercase letters and digits
+        if self.resume:
             id_file.parent.mkdir(parents=True, exist_ok=True)
             id_file.write_text(run_id + "\n")
         self.run = wandb.init(

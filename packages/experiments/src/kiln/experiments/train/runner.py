@@ -156,7 +156,7 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
                 devices=trainer["devices"] * trainer["num_nodes"],
                 extra=resolved.get("tags", []),
             )
-            life.track(LoggerConfig(**resolved["logger"]), config=resolved, tags=tags)
+            life.track(LoggerConfig(**resolved["logger"]), config=resolved, tags=tags, resume=True)
             result = train(resolved, life.loggers)
             life.record.update(
                 status="ok",

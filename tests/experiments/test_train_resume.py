@@ -100,3 +100,33 @@ def test_one_wandb_run_with_one_row_per_step(killed_twice) -> None:
         row["trainer/global_step"] for f in files for row in read_history(f) if "train/loss" in row
     ]
     assert sorted(steps) == list(range(1, STEPS + 1))
+
+
+@pytest.mark.slow
+def test_rerun_sweep_skips_finished_jobs_and_resumes_the_killed_one(tmp_path) -> None:
+    from kiln.experiments.report.cli import build_report
+
+    sweep_dir = tmp_path / "sweep"
+    args = ["-m", *ARGS, "trainer.seed=0,1", f"hydra.sweep.dir={sweep_dir}"]
+    env = {**os.environ, "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
+    cmd = [sys.executable, "-m", "kiln.experiments.train", *args]
+    first = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 900
+    while not _checkpointed_steps(sweep_dir / "1"):  # job 0 is done, job 1 has a checkpoint
+        assert first.poll() is None and time.monotonic() < deadline, "job 1 never checkpointed"
+        time.sleep(0.05)
+    first.kill()
+    first.wait(timeout=300)
+    job0 = summary(sweep_dir / "0")
+    assert job0["status"] == "ok" and not (sweep_dir / "1" / "summary.json").exists()
+
+    proc = run_train(args, tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    assert summary(sweep_dir / "0") == job0  # skipped: its record is untouched
+    job1 = summary(sweep_dir / "1")
+    assert job1["status"] == "ok"
+    assert [a["ended"] for a in job1["attempts"]] == ["killed", "ok"]
+    assert job1["attempts"][1]["from_step"] > 0
+    assert [row["step"] for row in job1["history"]] == list(range(1, STEPS + 1))
+    records = build_report(sweep_dir, show=False)["records"]
+    assert sorted(r["job_num"] for r in records) == [0, 1]

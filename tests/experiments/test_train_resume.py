@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from train_helpers import FAST, explain, run_train, summary
+from train_helpers import FAST, explain, job_dirs, run_train, summary
 
 from kiln.experiments.tracking.wandb_files import read_history, read_run
 
@@ -100,6 +100,27 @@ def test_one_wandb_run_with_one_row_per_step(killed_twice) -> None:
         row["trainer/global_step"] for f in files for row in read_history(f) if "train/loss" in row
     ]
     assert sorted(steps) == list(range(1, STEPS + 1))
+
+
+def test_resume_refuses_a_changed_model_seed_or_optimizer(killed_twice) -> None:
+    job_dir, *_, proc = killed_twice
+    assert proc.returncode == 0, explain(proc)
+    changed = [*ARGS, "trainer.seed=1", "optimizer.lr=0.01", f"hydra.run.dir={job_dir}"]
+    proc = run_train(changed, job_dir.parent)
+    assert proc.returncode == 1, explain(proc)
+    record = summary(job_dir)
+    assert (record["status"], record["error_stage"]) == ("failed", "config")
+    assert "trainer.seed: 0 -> 1" in record["error"], record["error"]
+    assert "optimizer.lr: 0.001 -> 0.01" in record["error"], record["error"]
+
+
+def test_unwritable_checkpoint_dir_fails_in_the_config_stage(tmp_path) -> None:
+    proc = run_train([*FAST, "trainer.checkpoint_dir=/proc/kiln-checkpoints"], tmp_path)
+    assert proc.returncode == 1, explain(proc)
+    record = summary(job_dirs(tmp_path)[0])
+    assert (record["status"], record["error_stage"]) == ("failed", "config")
+    assert "trainer.checkpoint_dir='/proc/kiln-checkpoints' is not writable" in record["error"]
+    assert record["global_step"] == 0 and record["wandb"] is None
 
 
 @pytest.mark.slow

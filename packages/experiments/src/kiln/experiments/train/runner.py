@@ -108,7 +108,7 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
     from kiln.core.rundir import check_writable
     from kiln.experiments.train.schema import validate
 
-    done = _already_done(cfg, job) if global_rank() == 0 else None
+    done = _already_done(cfg, job)  # every rank alike: one may not train alone
     if done is not None:
         print(f"{job.output_dir}: already ended ok with this config, skipped", flush=True)
         return done

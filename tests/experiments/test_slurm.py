@@ -139,7 +139,7 @@ def test_usr2_requeues_the_job_which_resumes_exactly_in_one_wandb_run(tmp_path):
     assert record["status"] == "ok" and record["global_step"] == steps
     assert len(record["attempts"]) == 2 and record["attempts"][1]["from_step"] > 0
     run_id = (sweep_dir / "0" / "wandb_run_id").read_text().strip()
-    files = sorted((sweep_dir / "0" / "wandb").glob("*/*.wandb"))
+    files = sorted((sweep_dir / "0" / "wandb").glob("*run-*-*/*.wandb"))
     assert len(files) == 2 and {wandb_files.read_run(f)["id"] for f in files} == {run_id}
     rows = [r for f in files for r in wandb_files.read_history(f) if "train/loss" in r]
     assert sorted(r["trainer/global_step"] for r in rows) == list(range(1, steps + 1))

@@ -92,7 +92,7 @@ def test_resumed_job_keeps_full_history_and_attempts(killed_twice) -> None:
 def test_one_wandb_run_with_one_row_per_step(killed_twice) -> None:
     job_dir, *_ = killed_twice
     run_id = (job_dir / "wandb_run_id").read_text().strip()
-    files = sorted((job_dir / "wandb").glob("*/*.wandb"))
+    files = sorted((job_dir / "wandb").glob("*run-*-*/*.wandb"))  # not latest-run
     assert len(files) == 3, files  # one file per attempt, all of one run
     assert {read_run(f)["id"] for f in files} == {run_id}
     assert summary(job_dir)["wandb"]["run_id"] == run_id

@@ -66,6 +66,8 @@ class Tracker:
         self.run: Any = None
         self.loggers: list[Logger] = []
         self.finished = False
+        self.logged_through: int | None = None
+        """The last step an earlier attempt's W&B files hold (a resumed job's run)."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -84,10 +86,10 @@ class Tracker:
 
         id_file = Path(self.job.output_dir) / RUN_ID_FILE
         run_id = id_file.read_text().strip() if self.resume and id_file.is_file() else None
-        logged_through = None
         if run_id:  # this job ran before: continue its run after the steps it holds
-            files = sorted(Path(self.job.output_dir).glob(f"wandb/*-{run_id}/run-{run_id}.wandb"))
-            logged_through = last_logged_step(files, STEP_METRIC)
+            pattern = f"wandb/*run-*-{run_id}/run-{run_id}.wandb"  # (offline-)run-<time>-<id>
+            files = sorted(Path(self.job.output_dir).glob(pattern))
+            self.logged_through = last_logged_step(files, STEP_METRIC)
         else:
             run_id = secrets.token_hex(4)  # W&B ids: lowercase letters and digits
         if self.resume:
@@ -114,7 +116,7 @@ class Tracker:
         # The logger pickles down to the run's attach id: a worker process re-attaches.
         from kiln.experiments.tracking.wandb_logger import KilnWandbLogger
 
-        self.loggers = [KilnWandbLogger(experiment=self.run, skip_through=logged_through)]
+        self.loggers = [KilnWandbLogger(experiment=self.run, skip_through=self.logged_through)]
 
     def summarize(self, values: dict[str, Any]) -> None:
         """Write ``values`` (final metrics, telemetry, status) into the run's summary."""

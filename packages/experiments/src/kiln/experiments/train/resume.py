@@ -83,8 +83,9 @@ def latest_checkpoint_meta(checkpoint_dir: str | None) -> tuple[Path, dict[str, 
     return None
 
 
-def check_resume(resolved: dict[str, Any]) -> int:
-    """The step this job resumes from (0 for a fresh start), after checking its config.
+def check_resume(resolved: dict[str, Any]) -> tuple[int, Path | None]:
+    """The step this job resumes from and its checkpoint (``0, None`` for a fresh start),
+    after checking its config.
 
     Raises:
         ResumeConfigError: The newest checkpoint was written with other values of
@@ -92,10 +93,10 @@ def check_resume(resolved: dict[str, Any]) -> int:
     """
     trainer = resolved["trainer"]
     if trainer.get("resume") != "auto":
-        return 0
+        return 0, None
     found = latest_checkpoint_meta(trainer.get("checkpoint_dir"))
     if found is None:
-        return 0
+        return 0, None
     path, meta = found
     changes = config_changes(meta.get("config") or {}, resolved)
     if changes:
@@ -105,7 +106,28 @@ def check_resume(resolved: dict[str, Any]) -> int:
             "values, or train into a new directory (another hydra.run.dir / hydra.sweep.dir); "
             "max_steps, max_epochs, logging, validation cadence and the logger may change"
         )
-    return int(meta.get("global_step") or 0)
+    return int(meta.get("global_step") or 0), path
+
+
+def backfill(loggers: list[Any], checkpoint: Path, logged_through: int | None) -> int:
+    """Log the training rows of ``checkpoint``'s history that the job's W&B run lacks (an
+    attempt killed by SIGKILL may have logged rows its W&B process never wrote); returns
+    how many. The run then continues after the checkpoint's step."""
+    import torch
+
+    from kiln.experiments.tracking.wandb_logger import KilnWandbLogger
+
+    wandb_loggers = [lg for lg in loggers if isinstance(lg, KilnWandbLogger)]
+    if not wandb_loggers:
+        return 0
+    # a sharded checkpoint keeps its plain values in meta.pt; mmap reads no tensor eagerly
+    meta = checkpoint / "meta.pt" if checkpoint.is_dir() else checkpoint
+    saved = torch.load(meta, map_location="cpu", mmap=True, weights_only=False)
+    rows = [r for r in saved.get("history", []) if r["step"] > (logged_through or 0)]
+    for logger in wandb_loggers:
+        for row in rows:
+            logger.log_metrics({k: v for k, v in row.items() if k != "step"}, step=row["step"])
+    return len(rows)
 
 
 def finished_record(job_dir: str, resolved: dict[str, Any]) -> dict[str, Any] | None:

@@ -139,7 +139,7 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             validate(cfg)  # every __post_init__ range check, before any work
             if resolved["trainer"]["checkpoint_dir"] is not None:
                 check_writable(resolved["trainer"]["checkpoint_dir"])
-            from_step = job_resume.check_resume(resolved)
+            from_step, checkpoint = job_resume.check_resume(resolved)
             if life.writer:
                 attempts.extend(job_resume.begin_attempt(job.output_dir, from_step))
             if resolved.get("model"):
@@ -157,6 +157,8 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
                 extra=resolved.get("tags", []),
             )
             life.track(LoggerConfig(**resolved["logger"]), config=resolved, tags=tags, resume=True)
+            if life.tracker is not None and checkpoint is not None:
+                job_resume.backfill(life.loggers, checkpoint, life.tracker.logged_through)
             result = train(resolved, life.loggers)
             life.record.update(
                 status="ok",

@@ -125,7 +125,8 @@ def test_usr2_requeues_the_job_which_resumes_exactly_in_one_wandb_run(tmp_path):
     sweep_dir = tmp_path / "slurm"
     env = {**os.environ, "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
     cmd = [sys.executable, "-m", "kiln.experiments.train", *slurm, f"hydra.sweep.dir={sweep_dir}"]
-    sweep = subprocess.Popen(cmd, env=env, cwd=tmp_path, capture_output=True, text=True)
+    log = (tmp_path / "sweep.log").open("w")
+    sweep = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
     ckpt_run = sweep_dir / "0" / "checkpoints" / "run.json"
     deadline = time.monotonic() + 900
     while not (ckpt_run.is_file() and '"step-' in ckpt_run.read_text()):
@@ -133,8 +134,8 @@ def test_usr2_requeues_the_job_which_resumes_exactly_in_one_wandb_run(tmp_path):
         time.sleep(0.1)
     job_id = next((sweep_dir / ".submitit").iterdir()).name.split("_")[0]
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=60)
-    out, err = sweep.communicate(timeout=1500)
-    assert sweep.returncode == 0, f"{out[-3000:]}\n{err[-5000:]}"
+    sweep.wait(timeout=1500)
+    assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
     record = summary(sweep_dir / "0")
     assert record["status"] == "ok" and record["global_step"] == steps
     assert len(record["attempts"]) == 2 and record["attempts"][1]["from_step"] > 0

@@ -132,7 +132,7 @@ def test_usr2_requeues_the_job_which_resumes_exactly_in_one_wandb_run(tmp_path):
     while not (ckpt_run.is_file() and '"step-' in ckpt_run.read_text()):
         assert sweep.poll() is None and time.monotonic() < deadline, "no checkpoint in time"
         time.sleep(0.1)
-    job_id = next((sweep_dir / ".submitit").iterdir()).name.split("_")[0]
+    job_id = next(d for d in (sweep_dir / ".submitit").iterdir() if d.is_dir()).name
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=60)
     sweep.wait(timeout=1500)
     assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]

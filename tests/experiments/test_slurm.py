@@ -107,3 +107,46 @@ def test_one_slurm_task_for_two_devices_fails_naming_both_numbers(tmp_path):
     assert "trainer.devices=2 x trainer.num_nodes=1" in error, error
     assert "--ntasks-per-node=2" in error, error
     assert record["global_step"] == 0 and not record["history"]
+
+
+@pytest.mark.slow  # not yet seen passing end to end: kept out of make test until it has
+def test_usr2_requeues_the_job_which_resumes_exactly_in_one_wandb_run(tmp_path):
+    """``scancel --signal=USR2`` (what SLURM sends before a time limit or a preemption)
+    mid-run: submitit requeues the job, which resumes into its directory and W&B run."""
+    steps = 60
+    args = [
+        "trainer.accelerator=cpu",
+        "debug=fast",
+        f"trainer.max_steps={steps}",
+        "compile.backend=aot_eager",
+        "trainer.checkpoint_every_n_steps=5",
+        "trainer.log_every_n_steps=1",
+    ]
+    slurm = ["-m", "launcher=slurm", "hydra.launcher.partition=debug", *args]
+    sweep_dir = tmp_path / "slurm"
+    env = {**os.environ, "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
+    cmd = [sys.executable, "-m", "kiln.experiments.train", *slurm, f"hydra.sweep.dir={sweep_dir}"]
+    log = (tmp_path / "sweep.log").open("w")
+    sweep = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    ckpt_run = sweep_dir / "0" / "checkpoints" / "run.json"
+    deadline = time.monotonic() + 900
+    while not (ckpt_run.is_file() and '"step-' in ckpt_run.read_text()):
+        assert sweep.poll() is None and time.monotonic() < deadline, "no checkpoint in time"
+        time.sleep(0.1)
+    job_id = next(d for d in (sweep_dir / ".submitit").iterdir() if d.is_dir()).name
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=60)
+    sweep.wait(timeout=1500)
+    assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
+    record = summary(sweep_dir / "0")
+    assert record["status"] == "ok" and record["global_step"] == steps
+    assert len(record["attempts"]) == 2 and record["attempts"][1]["from_step"] > 0
+    run_id = (sweep_dir / "0" / "wandb_run_id").read_text().strip()
+    files = sorted((sweep_dir / "0" / "wandb").glob("*run-*-*/*.wandb"))
+    assert len(files) == 2 and {wandb_files.read_run(f)["id"] for f in files} == {run_id}
+    rows = [r for f in files for r in wandb_files.read_history(f) if "train/loss" in r]
+    assert sorted(r["trainer/global_step"] for r in rows) == list(range(1, steps + 1))
+    # an uninterrupted run of the same job ends with the same losses, bit for bit
+    plain = run_train([*args, f"hydra.run.dir={tmp_path / 'plain'}"], tmp_path, timeout=900)
+    assert plain.returncode == 0, explain(plain)
+    assert record["history"] == summary(tmp_path / "plain")["history"]
+    assert record["metrics"] == summary(tmp_path / "plain")["metrics"]

@@ -53,8 +53,19 @@ def one_line_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(lines)}"
 
 
+class Terminated(SystemExit):
+    """SIGTERM (SLURM time limits, timeout(1), kill): the process exits ``128 + signal``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signal_name = signal.Signals(signum).name
+
+    def __str__(self) -> str:
+        return f"terminated by {self.signal_name}"
+
+
 def _terminated(signum: int, frame: Any) -> None:
-    raise SystemExit(f"terminated by signal {signum}")
+    raise Terminated(signum)
 
 
 class Lifecycle:
@@ -67,6 +78,8 @@ class Lifecycle:
         writer: Whether this process tracks and writes (global rank 0 of a multi-process job).
         summarize: The tracker's final summary, made from the record once the work ended.
         progress: What a failed piece of work had completed, read from its exception.
+        on_exit: Called with the exception (or ``None``) once the work ended, before the
+            record is written (``kiln-train`` records how the attempt ended).
     """
 
     def __init__(
@@ -78,6 +91,7 @@ class Lifecycle:
         writer: bool = True,
         summarize: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         progress: Callable[[BaseException], dict[str, Any]] | None = None,
+        on_exit: Callable[[BaseException | None], None] | None = None,
     ) -> None:
         self.job = job
         self.kind = kind
@@ -87,6 +101,7 @@ class Lifecycle:
         self.writer = writer
         self.summarize = summarize
         self.progress = progress
+        self.on_exit = on_exit
         self.tracker: Tracker | None = None
 
     @property
@@ -98,11 +113,14 @@ class Lifecycle:
     def failed(self) -> bool:
         return self.record["status"] == self.kind.failed_status
 
-    def track(self, cfg: LoggerConfig, *, config: dict[str, Any], tags: list[str]) -> None:
-        """Open the job's W&B run (or CSV logger) and record where it is; writer only."""
+    def track(
+        self, cfg: LoggerConfig, *, config: dict[str, Any], tags: list[str], resume: bool = False
+    ) -> None:
+        """Open the job's W&B run (or CSV logger) and record where it is; writer only
+        (``resume``: continue the run of an earlier attempt in this job directory)."""
         if not self.writer:
             return
-        self.tracker = Tracker(cfg, self.job, config=config, tags=tags)
+        self.tracker = Tracker(cfg, self.job, config=config, tags=tags, resume=resume)
         self.tracker.start()
         self.record["wandb"] = self.tracker.info
 
@@ -115,6 +133,8 @@ class Lifecycle:
         try:
             if exc is not None:
                 self._record_failure(exc)
+            if self.on_exit is not None and self.writer:
+                self.on_exit(exc)
         finally:
             self._finish()
         # A failed job must not stop the sweep; Ctrl-C and SIGTERM stop the process.

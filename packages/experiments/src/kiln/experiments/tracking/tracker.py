@@ -10,11 +10,16 @@ to the same run), writes the final summary and finishes the run whatever happens
     # an exception inside the block finishes the run as failed, with the reason
 
 The run lives in ``<job output dir>/wandb/`` and is offline unless ``logger.mode=online``.
+Its id lives in ``<job output dir>/wandb_run_id``: a job re-run into its directory (a resume
+after a crash, a preemption, a re-run sweep) resumes that run, and drops the rows of steps
+the run's files there already hold, so its history has one row per step.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+from pathlib import Path
 from typing import Any
 
 from lightning.fabric.loggers import CSVLogger, Logger
@@ -24,6 +29,9 @@ from kiln.experiments.schema import LoggerConfig
 
 STEP_METRIC = "trainer/global_step"
 """The x-axis of every W&B chart: wandb's Fabric logger adds it to each logged row."""
+
+RUN_ID_FILE = "wandb_run_id"
+"""The job directory's W&B run id: one run per job, across restarts."""
 
 
 class Tracker:
@@ -35,6 +43,8 @@ class Tracker:
         config: The resolved config, stored as the W&B run's config.
         tags: Tags for this run (e.g. ``["model:minilm-cls", "precision:32-true"]``).
         name: Run name; defaults to ``job.run_name`` (made from the overrides).
+        resume: Keep the run's id in the job directory and continue that run when the job
+            is re-run there (``kiln-train``); otherwise each start is a new run.
     """
 
     def __init__(
@@ -45,8 +55,10 @@ class Tracker:
         config: dict[str, Any] | None = None,
         tags: list[str] | None = None,
         name: str | None = None,
+        resume: bool = False,
     ) -> None:
         self.cfg = cfg
+        self.resume = resume
         self.job = job
         self.config = config or {}
         self.tags = list(dict.fromkeys([*(tags or []), *cfg.tags]))  # de-duplicated, in order
@@ -54,6 +66,8 @@ class Tracker:
         self.run: Any = None
         self.loggers: list[Logger] = []
         self.finished = False
+        self.logged_through: int | None = None
+        """The last step an earlier attempt's W&B files hold (a resumed job's run)."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -68,7 +82,22 @@ class Tracker:
     def _start_wandb(self) -> None:
         import wandb
 
+        from kiln.experiments.tracking.wandb_files import last_logged_step
+
+        id_file = Path(self.job.output_dir) / RUN_ID_FILE
+        run_id = id_file.read_text().strip() if self.resume and id_file.is_file() else None
+        if run_id:  # this job ran before: continue its run after the steps it holds
+            pattern = f"wandb/*run-*-{run_id}/run-{run_id}.wandb"  # (offline-)run-<time>-<id>
+            files = sorted(Path(self.job.output_dir).glob(pattern))
+            self.logged_through = last_logged_step(files, STEP_METRIC)
+        else:
+            run_id = secrets.token_hex(4)  # W&B ids: lowercase letters and digits
+        if self.resume:
+            id_file.parent.mkdir(parents=True, exist_ok=True)
+            id_file.write_text(run_id + "\n")
         self.run = wandb.init(
+            id=run_id,
+            resume="allow",
             project=self.cfg.project,
             entity=self.cfg.entity,
             group=self.cfg.group or self.job.group,
@@ -87,7 +116,7 @@ class Tracker:
         # The logger pickles down to the run's attach id: a worker process re-attaches.
         from kiln.experiments.tracking.wandb_logger import KilnWandbLogger
 
-        self.loggers = [KilnWandbLogger(experiment=self.run)]
+        self.loggers = [KilnWandbLogger(experiment=self.run, skip_through=self.logged_through)]
 
     def summarize(self, values: dict[str, Any]) -> None:
         """Write ``values`` (final metrics, telemetry, status) into the run's summary."""

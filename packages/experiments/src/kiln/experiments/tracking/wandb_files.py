@@ -82,6 +82,24 @@ def read_history(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+def last_logged_step(files: list[Path], step_key: str) -> int | None:
+    """The highest ``step_key`` in the rows of ``files`` (a killed run's file may end in a
+    half-written record: the rows before it count), or ``None`` when there is none."""
+    last = None
+    for path in files:
+        try:
+            for record in read_records(path):
+                if record.WhichOneof("record_type") != "history":
+                    continue
+                for item in record.history.item:
+                    if _item_key(item) == step_key:
+                        step = json.loads(item.value_json)
+                        last = step if last is None else max(last, step)
+        except Exception:
+            continue
+    return last
+
+
 def read_summary(path: str | Path) -> dict[str, Any]:
     """The run's final summary (the last value of every key written to it)."""
     summary: dict[str, Any] = {}

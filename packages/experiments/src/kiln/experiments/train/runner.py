@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.experiments.job import TRAIN, JobInfo
-from kiln.experiments.lifecycle import Lifecycle
+from kiln.experiments.lifecycle import Lifecycle, Terminated
 from kiln.experiments.schema import LoggerConfig
 from kiln.experiments.stages import stage
 from kiln.experiments.tracking.tags import run_tags
+from kiln.experiments.train import resume as job_resume
 from kiln.experiments.train.worker import global_rank, train
 
 SUMMARY_FILE = TRAIN.file
@@ -68,6 +69,27 @@ def _fields(cfg: Any) -> dict[str, Any]:
     }
 
 
+def _attempt_end(exc: BaseException | None, record: dict[str, Any]) -> str:
+    """How an attempt ended, for ``attempts.json`` (``killed`` is written by the next one)."""
+    if isinstance(exc, Terminated):
+        return exc.signal_name
+    if isinstance(exc, KeyboardInterrupt):
+        return "SIGINT"
+    return "ok" if exc is None and record["status"] == "ok" else "failed"
+
+
+def _already_done(cfg: Any, job: JobInfo) -> dict[str, Any] | None:
+    """The job's record when an earlier run of it into this directory ended ``ok`` with the
+    same config (a re-run sweep skips it)."""
+    from omegaconf import OmegaConf
+
+    try:
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+    except Exception:
+        return None
+    return job_resume.finished_record(job.output_dir, resolved)  # type: ignore[arg-type]
+
+
 def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
     """Run one training job and return its summary (also written to ``summary.json``).
 
@@ -75,10 +97,28 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
     memory) is caught: the summary says ``status: failed`` with a one-line ``error``, the
     traceback goes to ``<job dir>/error.log``, and an open W&B run is finished as failed.
     Config errors fail before the W&B run is opened.
+
+    A job re-run into its directory resumes from its newest checkpoint (``trainer.resume``
+    is ``auto``; the config may not change what the checkpoint was trained with) and its
+    W&B run; one that already ended ``ok`` with the same config is skipped. Each attempt is
+    listed in the record's ``attempts``.
     """
     from omegaconf import OmegaConf
 
+    from kiln.core.rundir import check_writable
     from kiln.experiments.train.schema import validate
+
+    done = _already_done(cfg, job)  # every rank alike: one may not train alone
+    if done is not None:
+        print(f"{job.output_dir}: already ended ok with this config, skipped", flush=True)
+        return done
+    attempts: list[dict[str, Any]] = []
+
+    def record_attempt(exc: BaseException | None) -> None:
+        if attempts:
+            end = _attempt_end(exc, life.record)
+            job_resume.end_attempt(job.output_dir, attempts, end, life.record["global_step"])
+            life.record["attempts"] = attempts
 
     with Lifecycle(
         job,
@@ -87,16 +127,24 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
         writer=global_rank() == 0,
         summarize=_wandb_summary,
         progress=fit_progress,
+        on_exit=record_attempt,
     ) as life:
         with stage("config"):
             # Config errors (unresolvable interpolation, out-of-range value, unknown model)
             # fail here: before a W&B run is opened and before worker processes start.
+            if OmegaConf.select(cfg, "trainer.checkpoint_dir") is None:
+                cfg.trainer.resume = None  # checkpoint_dir=null turns checkpoints off
             resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
             life.record["config"] = resolved
             validate(cfg)  # every __post_init__ range check, before any work
             from kiln.models.plugins import load_plugins
 
             load_plugins(resolved.get("plugins") or [])
+            if resolved["trainer"]["checkpoint_dir"] is not None:
+                check_writable(resolved["trainer"]["checkpoint_dir"])
+            from_step, checkpoint = job_resume.check_resume(resolved)
+            if life.writer:
+                attempts.extend(job_resume.begin_attempt(job.output_dir, from_step))
             if resolved.get("model"):
                 from kiln.models import get_model_entry
 
@@ -111,7 +159,9 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
                 devices=trainer["devices"] * trainer["num_nodes"],
                 extra=resolved.get("tags", []),
             )
-            life.track(LoggerConfig(**resolved["logger"]), config=resolved, tags=tags)
+            life.track(LoggerConfig(**resolved["logger"]), config=resolved, tags=tags, resume=True)
+            if life.tracker is not None and checkpoint is not None:
+                job_resume.backfill(life.loggers, checkpoint, life.tracker.logged_through)
             result = train(resolved, life.loggers)
             life.record.update(
                 status="ok",

@@ -1,0 +1,170 @@
+"""A ``kiln-train`` job re-run into its own directory: what it resumes from, whether the
+config may change, whether it is already done, and the record of its attempts.
+
+Every job checkpoints into ``<job dir>/checkpoints`` with ``trainer.resume=auto`` (see
+README "Checkpoints"). Before ``fit``, :func:`check_resume` reads the newest checkpoint's
+stored config and refuses a change to what the run computes (:data:`FROZEN_KEYS`);
+``max_steps``, ``max_epochs``, logging, validation cadence and the logger may change.
+``<job dir>/attempts.json`` lists each attempt: when it started, from which step, how it
+ended (an attempt that left no end was killed: SIGKILL, out of memory, node failure).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from kiln.experiments.job import TRAIN, write_job_json
+
+ATTEMPTS_FILE = "attempts.json"
+
+FROZEN_KEYS = (
+    "model",
+    "data",
+    "optimizer",
+    "scheduler",
+    "trainer.seed",
+    "trainer.accumulate_grad_batches",
+    "trainer.devices",
+    "trainer.num_nodes",
+    "trainer.precision",
+    "trainer.gradient_clip_norm",
+)
+"""What a resumed job may not change: the checkpoint's weights, data order and optimizer
+state belong to these (a changed optimizer or scheduler is refused, never half-applied)."""
+
+
+class ResumeConfigError(ValueError):
+    """A job re-run into its directory changed what its checkpoint was trained with."""
+
+
+def _flat(value: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, sub in value.items():
+            out.update(_flat(sub, f"{prefix}.{key}"))
+        return out or {prefix: {}}
+    return {prefix: value}
+
+
+def _select(cfg: dict[str, Any] | None, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(cfg, dict):
+            return None
+        cfg = cfg.get(part)
+    return cfg
+
+
+def config_changes(saved: dict[str, Any], resolved: dict[str, Any]) -> list[str]:
+    """``"key: saved -> now"`` for every :data:`FROZEN_KEYS` value that differs."""
+    changes = []
+    for key in FROZEN_KEYS:
+        old, new = _flat(_select(saved, key), key), _flat(_select(resolved, key), key)
+        for name in sorted(old.keys() | new.keys()):
+            if old.get(name) != new.get(name):
+                changes.append(f"{name}: {old.get(name)!r} -> {new.get(name)!r}")
+    return changes
+
+
+def latest_checkpoint_meta(checkpoint_dir: str | None) -> tuple[Path, dict[str, Any]] | None:
+    """The newest readable checkpoint in ``checkpoint_dir`` and its metadata, or ``None``."""
+    from kiln.core.checkpoint import checkpoint_candidates, read_checkpoint_meta
+
+    if checkpoint_dir is None or not Path(checkpoint_dir).is_dir():
+        return None
+    for path in checkpoint_candidates(checkpoint_dir):
+        try:
+            return path, read_checkpoint_meta(path)
+        except Exception:
+            continue
+    return None
+
+
+def check_resume(resolved: dict[str, Any]) -> tuple[int, Path | None]:
+    """The step this job resumes from and its checkpoint (``0, None`` for a fresh start),
+    after checking its config.
+
+    Raises:
+        ResumeConfigError: The newest checkpoint was written with other values of
+            :data:`FROZEN_KEYS`; the message names each key with both values.
+    """
+    trainer = resolved["trainer"]
+    if trainer.get("resume") != "auto":
+        return 0, None
+    found = latest_checkpoint_meta(trainer.get("checkpoint_dir"))
+    if found is None:
+        return 0, None
+    path, meta = found
+    changes = config_changes(meta.get("config") or {}, resolved)
+    if changes:
+        raise ResumeConfigError(
+            f"this job resumes from {path}, which was trained with other values of keys a "
+            f"resumed run cannot change: {'; '.join(changes)}. Re-run with the checkpoint's "
+            "values, or train into a new directory (another hydra.run.dir / hydra.sweep.dir); "
+            "max_steps, max_epochs, logging, validation cadence and the logger may change"
+        )
+    return int(meta.get("global_step") or 0), path
+
+
+def backfill(loggers: list[Any], checkpoint: Path, logged_through: int | None) -> int:
+    """Log the training rows of ``checkpoint``'s history that the job's W&B run lacks (an
+    attempt killed by SIGKILL may have logged rows its W&B process never wrote); returns
+    how many. The run then continues after the checkpoint's step."""
+    import torch
+
+    from kiln.experiments.tracking.wandb_logger import KilnWandbLogger
+
+    wandb_loggers = [lg for lg in loggers if isinstance(lg, KilnWandbLogger)]
+    if not wandb_loggers:
+        return 0
+    # a sharded checkpoint keeps its plain values in meta.pt; mmap reads no tensor eagerly
+    meta = checkpoint / "meta.pt" if checkpoint.is_dir() else checkpoint
+    saved = torch.load(meta, map_location="cpu", mmap=True, weights_only=False)
+    rows = [r for r in saved.get("history", []) if r["step"] > (logged_through or 0)]
+    for logger in wandb_loggers:
+        for row in rows:
+            logger.log_metrics({k: v for k, v in row.items() if k != "step"}, step=row["step"])
+    return len(rows)
+
+
+def finished_record(job_dir: str, resolved: dict[str, Any]) -> dict[str, Any] | None:
+    """The job's ``summary.json`` when it already ended ``ok`` with this very config."""
+    path = Path(job_dir) / TRAIN.file
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if record.get("status") == "ok" and record.get("config") == resolved:
+        return record
+    return None
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def begin_attempt(job_dir: str, from_step: int) -> list[dict[str, Any]]:
+    """Add this attempt to ``attempts.json`` (marking an earlier one that left no end as
+    ``killed``) and return the list."""
+    path = Path(job_dir) / ATTEMPTS_FILE
+    try:
+        attempts = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        attempts = []
+    for attempt in attempts:
+        if attempt.get("ended") is None:
+            attempt["ended"] = "killed"
+    attempts.append(
+        {"started_at": _now(), "from_step": from_step, "pid": os.getpid(), "ended": None}
+    )
+    write_job_json(path, attempts)
+    return attempts
+
+
+def end_attempt(job_dir: str, attempts: list[dict[str, Any]], ended: str, step: int) -> None:
+    """Record how this (the last) attempt ended: ``ok``, ``failed``, ``SIGTERM``, ``SIGINT``."""
+    attempts[-1].update(ended=ended, ended_at=_now(), at_step=step)
+    write_job_json(Path(job_dir) / ATTEMPTS_FILE, attempts)

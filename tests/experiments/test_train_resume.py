@@ -1,0 +1,153 @@
+"""A kiln-train job killed mid-run and re-run into its directory: it resumes from its own
+checkpoint, continues its one W&B run with one row per step, and lists its attempts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from train_helpers import FAST, explain, job_dirs, run_train, summary
+
+from kiln.experiments.tracking.wandb_files import read_history, read_run
+
+STEPS = 60
+ARGS = [
+    *FAST,
+    f"trainer.max_steps={STEPS}",
+    "trainer.checkpoint_every_n_steps=5",
+    "trainer.log_every_n_steps=1",
+]
+
+
+def _checkpointed_steps(job_dir: Path) -> list[int]:
+    run_file = job_dir / "checkpoints" / "run.json"
+    try:
+        names = json.loads(run_file.read_text())["checkpoints"]
+    except (OSError, ValueError, KeyError):
+        return []
+    return [int(name.split("-")[1].split(".")[0]) for name in names]
+
+
+def _start_and_stop(job_dir: Path, log_dir: Path, sig: int, after_step: int) -> int:
+    """Start kiln-train into ``job_dir``; send ``sig`` once it checkpointed past ``after_step``."""
+    env = {**os.environ, "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
+    cmd = [sys.executable, "-m", "kiln.experiments.train", *ARGS, f"hydra.run.dir={job_dir}"]
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=log_dir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 600
+    while not any(s > after_step for s in _checkpointed_steps(job_dir)):
+        assert proc.poll() is None, f"ended before a checkpoint: {proc.stderr.read()[-4000:]}"
+        assert time.monotonic() < deadline, "no checkpoint within 600 s"
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    proc.wait(timeout=300)
+    assert max(_checkpointed_steps(job_dir)) < STEPS, "the run finished before the signal"
+    return proc.returncode
+
+
+@pytest.fixture(scope="module")
+def killed_twice(tmp_path_factory):
+    """A job SIGKILLed after a checkpoint, re-run and SIGTERMed, then re-run to the end."""
+    log_dir = tmp_path_factory.mktemp("resume")
+    job_dir = log_dir / "job"
+    killed = _start_and_stop(job_dir, log_dir, signal.SIGKILL, 0)
+    terminated = _start_and_stop(
+        job_dir, log_dir, signal.SIGTERM, max(_checkpointed_steps(job_dir))
+    )
+    terminated_summary = summary(job_dir)
+    proc = run_train([*ARGS, f"hydra.run.dir={job_dir}"], log_dir)
+    return job_dir, killed, terminated, terminated_summary, proc
+
+
+def test_sigterm_exits_143_and_is_recorded(killed_twice) -> None:
+    _, killed, terminated, record, _ = killed_twice
+    assert killed == -signal.SIGKILL
+    assert terminated == 143
+    assert record["status"] == "failed"
+    assert record["error"] == "Terminated: terminated by SIGTERM"
+    assert [a["ended"] for a in record["attempts"]] == ["killed", "SIGTERM"]
+
+
+def test_resumed_job_keeps_full_history_and_attempts(killed_twice) -> None:
+    job_dir, _, _, _, proc = killed_twice
+    assert proc.returncode == 0, explain(proc)
+    record = summary(job_dir)
+    assert record["status"] == "ok"
+    assert record["global_step"] == STEPS
+    assert [row["step"] for row in record["history"]] == list(range(1, STEPS + 1))
+    attempts = record["attempts"]
+    assert [a["ended"] for a in attempts] == ["killed", "SIGTERM", "ok"]
+    assert attempts[0]["from_step"] == 0
+    assert 0 < attempts[1]["from_step"] < attempts[2]["from_step"] < STEPS
+    assert all(a["from_step"] % 5 == 0 for a in attempts)
+
+
+def test_one_wandb_run_with_one_row_per_step(killed_twice) -> None:
+    job_dir, *_ = killed_twice
+    run_id = (job_dir / "wandb_run_id").read_text().strip()
+    files = sorted((job_dir / "wandb").glob("*run-*-*/*.wandb"))  # not latest-run
+    assert len(files) == 3, files  # one file per attempt, all of one run
+    assert {read_run(f)["id"] for f in files} == {run_id}
+    assert summary(job_dir)["wandb"]["run_id"] == run_id
+    steps = [
+        row["trainer/global_step"] for f in files for row in read_history(f) if "train/loss" in row
+    ]
+    assert sorted(steps) == list(range(1, STEPS + 1))
+
+
+def test_resume_refuses_a_changed_model_seed_or_optimizer(killed_twice) -> None:
+    job_dir, *_, proc = killed_twice
+    assert proc.returncode == 0, explain(proc)
+    changed = [*ARGS, "trainer.seed=1", "optimizer.lr=0.01", f"hydra.run.dir={job_dir}"]
+    proc = run_train(changed, job_dir.parent)
+    assert proc.returncode == 1, explain(proc)
+    record = summary(job_dir)
+    assert (record["status"], record["error_stage"]) == ("failed", "config")
+    assert "trainer.seed: 0 -> 1" in record["error"], record["error"]
+    assert "optimizer.lr: 0.001 -> 0.01" in record["error"], record["error"]
+
+
+def test_unwritable_checkpoint_dir_fails_in_the_config_stage(tmp_path) -> None:
+    proc = run_train([*FAST, "trainer.checkpoint_dir=/proc/kiln-checkpoints"], tmp_path)
+    assert proc.returncode == 1, explain(proc)
+    record = summary(job_dirs(tmp_path)[0])
+    assert (record["status"], record["error_stage"]) == ("failed", "config")
+    assert "trainer.checkpoint_dir='/proc/kiln-checkpoints' is not writable" in record["error"]
+    assert record["global_step"] == 0 and record["wandb"] is None
+
+
+@pytest.mark.slow
+def test_rerun_sweep_skips_finished_jobs_and_resumes_the_killed_one(tmp_path) -> None:
+    from kiln.experiments.report.cli import build_report
+
+    sweep_dir = tmp_path / "sweep"
+    args = ["-m", *ARGS, "trainer.seed=0,1", f"hydra.sweep.dir={sweep_dir}"]
+    env = {**os.environ, "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
+    cmd = [sys.executable, "-m", "kiln.experiments.train", *args]
+    first = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 900
+    while not _checkpointed_steps(sweep_dir / "1"):  # job 0 is done, job 1 has a checkpoint
+        assert first.poll() is None and time.monotonic() < deadline, "job 1 never checkpointed"
+        time.sleep(0.05)
+    first.kill()
+    first.wait(timeout=300)
+    job0 = summary(sweep_dir / "0")
+    assert job0["status"] == "ok" and not (sweep_dir / "1" / "summary.json").exists()
+
+    proc = run_train(args, tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    assert summary(sweep_dir / "0") == job0  # skipped: its record is untouched
+    job1 = summary(sweep_dir / "1")
+    assert job1["status"] == "ok"
+    assert [a["ended"] for a in job1["attempts"]] == ["killed", "ok"]
+    assert job1["attempts"][1]["from_step"] > 0
+    assert [row["step"] for row in job1["history"]] == list(range(1, STEPS + 1))
+    records = build_report(sweep_dir, show=False)["records"]
+    assert sorted(r["job_num"] for r in records) == [0, 1]

@@ -25,6 +25,7 @@ GROUPS = (
     "compile",
     "optimizer",
     "scheduler",
+    "callbacks",
     "logger",
     "launcher",
     "experiment",

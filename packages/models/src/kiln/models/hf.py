@@ -202,6 +202,13 @@ class HFModule(KilnModule):
         self.model.save_pretrained(str(directory))
         self.tokenizer.save_pretrained(str(directory))
 
+    def export(self, out_dir: str | Path) -> Path:
+        """A ``save_pretrained`` directory with the tokenizer: ``Auto*.from_pretrained`` loads it."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.save_pretrained(out)
+        return out
+
     def _example_ids(self, batch_size: int, length: int, device: Any) -> torch.Tensor:
         generator = torch.Generator().manual_seed(0)
         ids = torch.randint(1000, self.vocab_size, (batch_size, length), generator=generator)

@@ -25,6 +25,9 @@ class TrainConfig(JobConfig):
 
     data: Any = None
     """A data module to instantiate (``_target_`` plus its arguments), or ``None``."""
+    callbacks: dict[str, Any] | None = None
+    """``kiln.core.fit`` callbacks by name, each ``_target_`` plus its arguments (the
+    ``callbacks`` config group; a ``null`` entry drops one)."""
 
 
 def register_configs() -> None:

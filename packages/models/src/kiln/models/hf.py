@@ -203,7 +203,7 @@ class HFModule(KilnModule):
         self.tokenizer.save_pretrained(str(directory))
 
     def export(self, out_dir: str | Path) -> Path:
-        """A ``save_pretrained`` directory with the tokenizer: ``Auto*.from_pretrained`` loads it."""
+        """A ``save_pretrained`` directory with the tokenizer (plain ``Auto*`` loads it)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.save_pretrained(out)

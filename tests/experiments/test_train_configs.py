@@ -30,6 +30,7 @@ GROUPS = (
     "launcher",
     "experiment",
     "sweep",
+    "hparams_search",
     "debug",
 )
 # Files in configs/ that belong to kiln-bench (tested with it).

@@ -9,7 +9,7 @@ before any work starts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kiln.experiments.resolvers import register_resolvers
 from kiln.experiments.schema import JobConfig
+from kiln.experiments.train.objective import OptimizedMetric
 
 
 @dataclass
@@ -28,6 +29,8 @@ class TrainConfig(JobConfig):
     callbacks: dict[str, Any] | None = None
     """``kiln.core.fit`` callbacks by name, each ``_target_`` plus its arguments (the
     ``callbacks`` config group; a ``null`` entry drops one)."""
+    optimized_metric: OptimizedMetric = field(default_factory=OptimizedMetric)
+    """The metric the job returns to Hydra's sweeper (``hparams_search=`` studies)."""
 
 
 def register_configs() -> None:

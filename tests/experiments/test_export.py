@@ -1,7 +1,7 @@
-"""kiln-export and the callbacks group, on runs shared by the module: one kiln-train multirun
-(a tiny BERT classifier, a tiny Llama LM, a tiny ResNet and a tiny ViT, each with
-callbacks=ema and checkpoints), exported by kiln-export and loaded by a fresh process that
-never imports kiln."""
+"""kiln-export, kiln-eval and the callbacks group, on runs shared by the module: one kiln-train
+multirun (a tiny BERT classifier, a tiny Llama LM, a tiny ResNet and a tiny ViT, each with
+callbacks=ema, checkpoints and an offline W&B run), exported by kiln-export and loaded by a
+fresh process that never imports kiln, and evaluated by kiln-eval."""
 
 from __future__ import annotations
 
@@ -57,8 +57,9 @@ def trained(tmp_path_factory):
             "compile.backend=aot_eager",
             "callbacks=ema",
             "callbacks.ema.decay=0.5",
+            # validated with the trained weights, so kiln-eval of the checkpoint must match
+            "callbacks.ema.validate_with_ema=false",
             "trainer.checkpoint_dir=${paths.output_dir}/checkpoints",
-            "logger=none",
         ],
         log_dir,
         timeout=1200,
@@ -82,17 +83,30 @@ def test_callbacks_ema_trains_and_checkpoints_the_average(trained):
         assert any(not torch.equal(average[k], trained_weights[k]) for k in average), name
 
 
-def test_export_loads_in_plain_libraries_with_identical_outputs(trained, tmp_path):
+def kiln(command: str, *args: object) -> subprocess.CompletedProcess:
+    """``kiln-<command> args`` in a fresh interpreter."""
+    return subprocess.run(
+        [sys.executable, "-m", f"kiln.experiments.{command}", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def exports(trained, tmp_path_factory):
+    """Each job dir exported by kiln-export: name -> out dir."""
+    root = tmp_path_factory.mktemp("exported")
+    for name, job in trained.items():
+        proc = kiln("export", job, root / name)
+        assert proc.returncode == 0, explain(proc)
+    return {name: root / name for name in trained}
+
+
+def test_export_loads_in_plain_libraries_with_identical_outputs(trained, exports, tmp_path):
     cases, expected = {}, {}
     for name, job in trained.items():
-        out = tmp_path / name
-        proc = subprocess.run(
-            [sys.executable, "-m", "kiln.experiments.export", str(job), str(out)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert proc.returncode == 0, explain(proc)
+        out = exports[name]
         record = json.loads((out / "kiln_export.json").read_text())
         assert record["checkpoint"] == str(resolve_checkpoint(job).resolve())
         module, _ = load_trained_module(record["checkpoint"])
@@ -120,12 +134,40 @@ def test_export_loads_in_plain_libraries_with_identical_outputs(trained, tmp_pat
         assert torch.equal(got[name], expected[name]), name
 
 
+def test_eval_of_a_job_dir_matches_its_final_validation_and_logs_to_its_wandb_run(trained):
+    job = trained["cnn_digits"]
+    record = summary(job)
+    # debug=fast validates on 2 batches
+    proc = kiln("eval", job, "--limit-batches", 2)
+    assert proc.returncode == 0, explain(proc)
+    result = json.loads((job / "eval.json").read_text())
+    assert set(result["metrics"]) == set(record["metrics"])
+    for key, value in record["metrics"].items():
+        assert result["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    assert result["global_step"] == 3 and result["split"] == "validation"
+    run_id = record["wandb"]["run_id"]
+    assert result["wandb"]["run_id"] == run_id
+    from kiln.experiments.tracking.wandb_files import read_summary
+
+    resumed = [p for p in (job / "wandb").glob(f"offline-run-*-{run_id}") if p.is_dir()]
+    assert len(resumed) == 2, resumed  # the training run and kiln-eval's resume of it
+    logged = [read_summary(next(p.glob("*.wandb"))) for p in resumed]
+    assert any(s.get("eval/val/accuracy") == result["metrics"]["val/accuracy"] for s in logged)
+
+
+def test_eval_of_an_export_matches_its_checkpoint_and_test_split_is_refused(trained, exports):
+    name = "bert_text"
+    proc = kiln("eval", exports[name], "--limit-batches", 2, "--wandb-mode", "disabled")
+    assert proc.returncode == 0, explain(proc)
+    result = json.loads((exports[name] / "eval.json").read_text())
+    for key, value in summary(trained[name])["metrics"].items():
+        assert result["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    proc = kiln("eval", trained[name], "--split", "test", "--wandb-mode", "disabled")
+    assert proc.returncode == 2
+    assert "has no test split" in proc.stderr and "split=validation" in proc.stderr
+
+
 def test_export_of_a_path_without_checkpoints_says_where_it_looked(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "kiln.experiments.export", str(tmp_path), str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = kiln("export", tmp_path, tmp_path / "out")
     assert proc.returncode == 2
     assert "no checkpoint found" in proc.stderr and str(tmp_path / "checkpoints") in proc.stderr

@@ -13,6 +13,9 @@ from typing import Any
 
 from kiln.experiments.job import TRAIN
 
+EXPORT_FILE = "kiln_export.json"
+"""What a kiln-export came from (checkpoint, step, run config), beside the library's files."""
+
 
 def _job_checkpoint_dirs(job_dir: Path) -> list[Path]:
     """Where a kiln-train job dir may keep its checkpoints: its configured
@@ -90,3 +93,28 @@ def load_trained_module(checkpoint: str | Path) -> tuple[Any, dict[str, Any]]:
     weights = {k.replace("_orig_mod.", ""): v for k, v in weights.items()}
     module.load_state_dict(weights, strict=True)
     return module.eval(), meta
+
+
+def load_exported_module(export_dir: str | Path) -> tuple[Any, dict[str, Any]]:
+    """The module a ``kiln-export`` directory holds, rebuilt from its ``kiln_export.json``
+    (the run config) with the exported weights, in eval mode.
+
+    Returns:
+        The module and the export's record (``checkpoint``, ``global_step``, ``config``...).
+
+    Raises:
+        FileNotFoundError: ``export_dir`` has no ``kiln_export.json``.
+    """
+    from kiln.experiments.build import build_module, seed_before_build
+
+    record_file = Path(export_dir) / EXPORT_FILE
+    if not record_file.is_file():
+        raise FileNotFoundError(
+            f"{export_dir} has no {EXPORT_FILE}: it was not written by kiln-export"
+        )
+    record = json.loads(record_file.read_text())
+    config = record["config"]
+    seed_before_build(config.get("trainer", {}).get("seed", 0))
+    module = build_module(config)
+    module.load_export(export_dir)
+    return module.eval(), record

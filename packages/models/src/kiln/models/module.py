@@ -100,6 +100,14 @@ class KilnModule(L.LightningModule):
             "(HFModule and TimmClassifier do)"
         )
 
+    def load_export(self, out_dir: str | Path) -> None:
+        """Load the weights of an ``export(out_dir)`` of this model into it.
+
+        Raises:
+            NotImplementedError: The wrapper has no export format.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no export to load")
+
     # -- helpers --------------------------------------------------------------------------
     def example_batch(
         self, batch_size: int, device: torch.device | str | None = None

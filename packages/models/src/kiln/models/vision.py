@@ -134,6 +134,11 @@ class TimmClassifier(KilnModule):
         )
         return out
 
+    def load_export(self, out_dir: str | Path) -> None:
+        from safetensors.torch import load_file
+
+        self.model.load_state_dict(load_file(str(Path(out_dir) / "model.safetensors")))
+
     def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
         return classification_loss(self.model(batch["pixel_values"]), batch["labels"])
 

@@ -18,8 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-EXPORT_FILE = "kiln_export.json"
-"""What the export came from (checkpoint, step, model config), beside the library's files."""
+from kiln.experiments.restore import EXPORT_FILE
 
 
 def export(source: str | Path, out_dir: str | Path) -> Path:
@@ -28,7 +27,7 @@ def export(source: str | Path, out_dir: str | Path) -> Path:
     Returns:
         ``out_dir``.
     """
-    from kiln.experiments.restore import load_trained_module, resolve_checkpoint
+    from kiln.experiments.restore import load_trained_module, resolve_checkpoint  # torch: lazy
 
     checkpoint = resolve_checkpoint(source)
     module, meta = load_trained_module(checkpoint)
@@ -39,6 +38,7 @@ def export(source: str | Path, out_dir: str | Path) -> Path:
         "run_id": meta["run_id"],
         "model": meta["config"]["model"],
         "task": module.task,
+        "config": meta["config"],  # rebuilds the wrapper and its data (kiln-eval)
     }
     (out / EXPORT_FILE).write_text(json.dumps(record, indent=2, default=str) + "\n")
     return out

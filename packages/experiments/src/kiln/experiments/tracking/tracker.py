@@ -35,6 +35,8 @@ class Tracker:
         config: The resolved config, stored as the W&B run's config.
         tags: Tags for this run (e.g. ``["model:minilm-cls", "precision:32-true"]``).
         name: Run name; defaults to ``job.run_name`` (made from the overrides).
+        run_id: An existing W&B run to log to (resumed, e.g. by ``kiln-eval``); ``None``: a
+            new run.
     """
 
     def __init__(
@@ -45,8 +47,10 @@ class Tracker:
         config: dict[str, Any] | None = None,
         tags: list[str] | None = None,
         name: str | None = None,
+        run_id: str | None = None,
     ) -> None:
         self.cfg = cfg
+        self.run_id = run_id
         self.job = job
         self.config = config or {}
         self.tags = list(dict.fromkeys([*(tags or []), *cfg.tags]))  # de-duplicated, in order
@@ -80,6 +84,8 @@ class Tracker:
             dir=self.job.output_dir,
             mode=self.cfg.mode,
             reinit="create_new",  # sweeps run several jobs in one process, one run each
+            id=self.run_id,
+            resume="allow" if self.run_id else None,
             settings=wandb.Settings(console=self.cfg.console, silent=True),
         )
         self.run.define_metric(STEP_METRIC)

@@ -65,8 +65,8 @@ def run_eval(
 ) -> dict[str, Any]:
     """Evaluate ``source``, write its ``eval.json`` and log to W&B; returns the summary.
 
-    ``eval.json`` goes to ``out``, else the job dir, else ``source`` (a directory) or the
-    checkpoint's directory.
+    ``eval.json`` goes to ``out``, else into ``source`` (a job, checkpoint or export dir), else
+    (a checkpoint file) into its job dir, else beside it.
     """
     from kiln.experiments.eval.evaluate import evaluate
 
@@ -83,7 +83,7 @@ def run_eval(
         **origin,
     }
     summary["wandb"] = _log(summary, record.get("wandb") or {}, job_dir, wandb_mode)
-    default_dir = job_dir or (source if source.is_dir() else source.parent)
+    default_dir = source if source.is_dir() else (job_dir or source.parent)
     path = Path(out) if out is not None else default_dir / EVAL_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary, indent=2, default=str) + "\n")

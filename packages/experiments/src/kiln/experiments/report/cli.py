@@ -133,7 +133,7 @@ def build_report(
         if any(r.get("samples_per_s") for r in rows):
             plots.append(throughput_bars(rows, out / "throughput.png", "throughput"))
             md += ["", "![throughput](throughput.png)"]
-    params = study_params(sweep.root) if sweep.train else []
+    params = study_params(sweep.root, sweep.train) if sweep.train else []
     if params:
         files_, plots_, lines = study_section(sweep.train, params, out, tables)
         files, plots, md = files + files_, plots + plots_, md + lines

@@ -14,12 +14,19 @@ from typing import Any
 from omegaconf import OmegaConf
 
 
-def study_params(root: Path) -> list[str]:
-    """The parameters an Optuna study in ``root`` searched; ``[]`` when it is no study."""
-    multirun = root / "multirun.yaml"
-    if not multirun.is_file():
+def study_params(root: Path, records: list[dict[str, Any]]) -> list[str]:
+    """The parameters an Optuna study in ``root`` searched; ``[]`` when it is no study.
+
+    Read from the sweep's ``multirun.yaml`` or, as the Optuna sweeper writes none, from a
+    job's ``.hydra/hydra.yaml``.
+    """
+    candidates = [root / "multirun.yaml"] + [
+        Path(str(r["job_dir"])) / ".hydra" / "hydra.yaml" for r in records if r.get("job_dir")
+    ]
+    found = next((path for path in candidates if path.is_file()), None)
+    if found is None:
         return []
-    config = OmegaConf.to_container(OmegaConf.load(multirun), resolve=False)
+    config = OmegaConf.to_container(OmegaConf.load(found), resolve=False)
     sweeper = (config.get("hydra") or {}).get("sweeper")  # type: ignore[union-attr]
     if not sweeper or "optuna" not in str(sweeper.get("_target_", "")).lower():
         return []

@@ -92,3 +92,11 @@ def test_weights_hash_sees_every_bit_and_only_the_weights() -> None:
         b.head.bias[0] = torch.nextafter(b.head.bias[0], torch.tensor(1.0))
     assert weights_hash(a) != weights_hash(b)
     assert len(weights_hash(a)) == 64
+
+
+def test_weights_hash_covers_zero_dim_buffers() -> None:
+    # BatchNorm's num_batches_tracked is a 0-dim Long: every timm ResNet has one
+    norm = torch.nn.BatchNorm1d(2)
+    before = weights_hash(norm)
+    norm.num_batches_tracked += 1
+    assert weights_hash(norm) != before

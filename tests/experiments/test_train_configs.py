@@ -25,10 +25,12 @@ GROUPS = (
     "compile",
     "optimizer",
     "scheduler",
+    "callbacks",
     "logger",
     "launcher",
     "experiment",
     "sweep",
+    "hparams_search",
     "debug",
 )
 # Files in configs/ that belong to kiln-bench (tested with it).

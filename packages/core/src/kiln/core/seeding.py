@@ -45,7 +45,9 @@ def weights_hash(module: torch.nn.Module) -> str:
         if isinstance(value, torch.Tensor):
             tensor = value.detach().cpu().contiguous()
             digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
-            digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+            # reshape: a 0-dim tensor (BatchNorm's num_batches_tracked) cannot be viewed as bytes
+            flat = tensor.reshape(-1)
+            digest.update(flat.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
         else:
             digest.update(repr(value).encode())
     return digest.hexdigest()

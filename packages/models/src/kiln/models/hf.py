@@ -202,6 +202,19 @@ class HFModule(KilnModule):
         self.model.save_pretrained(str(directory))
         self.tokenizer.save_pretrained(str(directory))
 
+    def export(self, out_dir: str | Path) -> Path:
+        """A ``save_pretrained`` directory with the tokenizer (plain ``Auto*`` loads it)."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.save_pretrained(out)
+        return out
+
+    def load_export(self, out_dir: str | Path) -> None:
+        import transformers
+
+        exported = getattr(transformers, self.auto_class_name).from_pretrained(str(out_dir))
+        self.model.load_state_dict(exported.state_dict())
+
     def _example_ids(self, batch_size: int, length: int, device: Any) -> torch.Tensor:
         generator = torch.Generator().manual_seed(0)
         ids = torch.randint(1000, self.vocab_size, (batch_size, length), generator=generator)

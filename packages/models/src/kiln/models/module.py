@@ -6,6 +6,7 @@ returns, and which metrics to compute; optimizers, schedules and data hooks live
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -80,6 +81,32 @@ class KilnModule(L.LightningModule):
 
     def val_dataloader(self) -> torch.utils.data.DataLoader:
         return self._require_data().val_dataloader()
+
+    # -- export ---------------------------------------------------------------------------
+    def export(self, out_dir: str | Path) -> Path:
+        """Write the model so its own library loads it without kiln.
+
+        Args:
+            out_dir: The directory to write (created; files in it are overwritten).
+
+        Returns:
+            ``out_dir``.
+
+        Raises:
+            NotImplementedError: The wrapper has no export format.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} has no export; implement KilnModule.export(out_dir) "
+            "(HFModule and TimmClassifier do)"
+        )
+
+    def load_export(self, out_dir: str | Path) -> None:
+        """Load the weights of an ``export(out_dir)`` of this model into it.
+
+        Raises:
+            NotImplementedError: The wrapper has no export format.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no export to load")
 
     # -- helpers --------------------------------------------------------------------------
     def example_batch(

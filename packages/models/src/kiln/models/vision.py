@@ -76,7 +76,9 @@ class TimmClassifier(KilnModule):
             kwargs.update(pretrained=True, pretrained_cfg_overlay={"file": str(pretrained)})
         else:
             kwargs["pretrained"] = bool(pretrained)
-        self.model = _create(arch, img_size, kwargs)
+        self.model, used = _create(arch, img_size, kwargs)
+        # what timm.create_model needs to rebuild the architecture (export); no weights source
+        self.create_kwargs = {k: v for k, v in used.items() if not k.startswith("pretrained")}
         input_size = (in_chans, img_size, img_size) if img_size else None
         self.data_config = resolve_data_config(
             {"input_size": input_size} if input_size else {}, model=self.model
@@ -108,6 +110,35 @@ class TimmClassifier(KilnModule):
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         return self.model(pixel_values)
 
+    def export(self, out_dir: str | Path) -> Path:
+        """timm's own export: ``model.safetensors`` and a ``config.json`` holding the
+        architecture, its ``create_model`` arguments (``model_args``: num_classes, in_chans,
+        sizes) and the ``pretrained_cfg`` with the data config (input size, mean, std).
+
+        Plain timm rebuilds it with ``timm.create_model("local-dir:<out_dir>", pretrained=True)``,
+        or ``timm.create_model(config["architecture"], **config["model_args"])`` and a load of
+        ``model.safetensors``.
+        """
+        from timm.models import save_for_hf
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        data_config = {k: self.data_config[k] for k in ("input_size", "mean", "std")}
+        data_config["interpolation"] = self.data_config.get("interpolation")
+        save_for_hf(
+            self.model,
+            str(out),
+            model_args=dict(self.create_kwargs),
+            safe_serialization=True,
+            data_config=data_config,
+        )
+        return out
+
+    def load_export(self, out_dir: str | Path) -> None:
+        from safetensors.torch import load_file
+
+        self.model.load_state_dict(load_file(str(Path(out_dir) / "model.safetensors")))
+
     def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
         return classification_loss(self.model(batch["pixel_values"]), batch["labels"])
 
@@ -124,17 +155,21 @@ class TimmClassifier(KilnModule):
         return {"pixel_values": pixels.to(device), "labels": labels.to(device)}
 
 
-def _create(arch: str, img_size: int | None, kwargs: dict[str, Any]) -> torch.nn.Module:
+def _create(
+    arch: str, img_size: int | None, kwargs: dict[str, Any]
+) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """The timm model and the ``create_model`` kwargs it was built with."""
     import timm
 
     if img_size is None:
-        return timm.create_model(arch, **kwargs)
+        return timm.create_model(arch, **kwargs), kwargs
     try:  # ViTs and friends take img_size; most CNNs do not (they take any size)
-        return timm.create_model(arch, img_size=img_size, **kwargs)
+        with_size = {**kwargs, "img_size": img_size}
+        return timm.create_model(arch, **with_size), with_size
     except TypeError as err:
         if "img_size" not in str(err):
             raise
-        return timm.create_model(arch, **kwargs)
+        return timm.create_model(arch, **kwargs), kwargs
 
 
 # -- registered models ------------------------------------------------------------------

@@ -31,6 +31,7 @@ from kiln.experiments.report.render import (
     print_rows,
     write_csv,
 )
+from kiln.experiments.report.study import study_params, study_rows
 from kiln.experiments.report.train import NOISE_RULE, loss_curves, noise_marked, train_rows
 
 TRAIN_METHOD = (
@@ -159,6 +160,10 @@ def build_report(
         if any(r.get("samples_per_s") for r in rows):
             plots.append(throughput_bars(rows, out / "throughput.png", "throughput"))
             md += ["", "![throughput](throughput.png)"]
+    params = study_params(sweep.root, sweep.train) if sweep.train else []
+    if params:
+        files_, plots_, lines = study_section(sweep.train, params, out, tables)
+        files, plots, md = files + files_, plots + plots_, md + lines
     if sweep.unreadable:
         md += ["", "## Unreadable job files", ""] + [f"- {u}" for u in sweep.unreadable]
     report_md = out / "report.md"
@@ -171,6 +176,32 @@ def build_report(
             print_rows(name, rows, columns)
         print(f"wrote {', '.join(str(f) for f in files)}")
     return {"files": files, "tables": tables, "plots": plots, "records": records}
+
+
+def study_section(
+    records: list[dict[str, Any]], params: list[str], out: Path, tables: dict
+) -> tuple[list[Path], list[Path], list[str]]:
+    """An Optuna study's trials ranked (``study.csv``) and the metric against each parameter
+    (``study_<param>.png``); returns the files, the plots and the report's lines."""
+    from kiln.experiments.report.plots import scatter_plot
+
+    metric, rows = study_rows(records, params)
+    columns = ["rank", "run", *params, metric, "status"]
+    tables["study"] = (columns, rows)
+    files = [write_csv(out / "study.csv", rows, columns)]
+    lines = ["", f"## Study: trials ranked by {metric}", "", markdown_table(rows, columns)]
+    plots = []
+    for param in params:
+        points = [
+            (float(r[param]), float(r[metric]))
+            for r in rows
+            if r["status"] == "ok" and isinstance(r[param], int | float) and r[metric] is not None
+        ]
+        if points:
+            png = out / f"study_{param.replace('.', '_')}.png"
+            plots.append(scatter_plot(points, png, f"{metric} vs {param}", param, metric))
+            lines += ["", f"![{param}]({png.name})"]
+    return files, plots, lines
 
 
 def main(argv: list[str] | None = None) -> int:

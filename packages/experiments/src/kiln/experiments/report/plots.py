@@ -94,3 +94,21 @@ def throughput_bars(rows: Sequence[dict[str, Any]], path: Path, title: str) -> P
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def scatter_plot(
+    points: Sequence[tuple[float, float]], path: Path, title: str, xlabel: str, ylabel: str
+) -> Path:
+    """One point per run: ``ylabel`` against ``xlabel`` (log x when it spans > 2 decades)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    ax.scatter(xs, ys)
+    positive = [x for x in xs if x > 0]
+    if positive and len(positive) == len(xs) and max(positive) / min(positive) > 100:
+        ax.set_xscale("log")
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    ax.grid(alpha=0.3)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return path

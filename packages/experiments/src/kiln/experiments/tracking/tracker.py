@@ -45,6 +45,8 @@ class Tracker:
         name: Run name; defaults to ``job.run_name`` (made from the overrides).
         resume: Keep the run's id in the job directory and continue that run when the job
             is re-run there (``kiln-train``); otherwise each start is a new run.
+        run_id: An existing W&B run to log to (resumed, e.g. by ``kiln-eval``); ``None``: the
+            job directory's run (with ``resume``) or a new one.
     """
 
     def __init__(
@@ -56,9 +58,11 @@ class Tracker:
         tags: list[str] | None = None,
         name: str | None = None,
         resume: bool = False,
+        run_id: str | None = None,
     ) -> None:
         self.cfg = cfg
         self.resume = resume
+        self.run_id = run_id
         self.job = job
         self.config = config or {}
         self.tags = list(dict.fromkeys([*(tags or []), *cfg.tags]))  # de-duplicated, in order
@@ -85,7 +89,9 @@ class Tracker:
         from kiln.experiments.tracking.wandb_files import last_logged_step
 
         id_file = Path(self.job.output_dir) / RUN_ID_FILE
-        run_id = id_file.read_text().strip() if self.resume and id_file.is_file() else None
+        run_id = self.run_id
+        if run_id is None and self.resume and id_file.is_file():
+            run_id = id_file.read_text().strip()
         if run_id:  # this job ran before: continue its run after the steps it holds
             pattern = f"wandb/*run-*-{run_id}/run-{run_id}.wandb"  # (offline-)run-<time>-<id>
             files = sorted(Path(self.job.output_dir).glob(pattern))

@@ -16,13 +16,15 @@ from omegaconf import DictConfig, OmegaConf
 from kiln.experiments.config import config_dir
 from kiln.experiments.console import job_table, show_table
 from kiln.experiments.job import JobInfo
+from kiln.experiments.train.objective import OptimizedMetric, objective_value
 from kiln.experiments.train.runner import run_job
 from kiln.experiments.train.schema import register_configs
 from kiln.experiments.train.worker import global_rank
 
 
-def task(cfg: DictConfig) -> float | None:
-    """The Hydra task: one job. Returns the first validation metric (for sweepers) or ``None``."""
+def task(cfg: DictConfig) -> float:
+    """The Hydra task: one job. Returns ``optimized_metric``'s value for sweepers; a failed or
+    non-finite trial returns the worst value (``+inf`` for ``min``, ``-inf`` for ``max``)."""
     job = JobInfo.from_hydra()
     if cfg.get("print_config") and global_rank() == 0:
         print(OmegaConf.to_yaml(cfg, resolve=False))  # resolving here would escape run_job
@@ -32,9 +34,21 @@ def task(cfg: DictConfig) -> float | None:
     if summary["status"] != "ok":
         if job.sweep_dir is None:
             raise SystemExit(1)  # exit non-zero without Hydra printing a second traceback
-        return None  # the sweep goes on; SweepStatus makes it exit non-zero at the end
-    metrics = summary["metrics"]
-    return next(iter(metrics.values()), None)
+    # a failed job in a sweep: the sweep goes on; SweepStatus makes it exit non-zero at the end
+    return objective_value(summary, optimized_metric(cfg))
+
+
+def optimized_metric(cfg: DictConfig) -> OptimizedMetric:
+    """``cfg.optimized_metric`` (the default metric where the config does not resolve)."""
+    node = cfg.get("optimized_metric")
+    try:
+        return (
+            OptimizedMetric(**OmegaConf.to_container(node, resolve=True))
+            if node
+            else OptimizedMetric()
+        )
+    except Exception:
+        return OptimizedMetric()
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from kiln.core import CompileConfig
 from kiln.experiments.resolvers import register_resolvers
 from kiln.experiments.schema import JobConfig
+from kiln.experiments.train.objective import OptimizedMetric
 
 COMPILE_CACHE_DIR = "${paths.log_dir}/inductor_cache"
 """Where kiln-train keeps inductor's on-disk caches by default: one directory per log dir,
@@ -38,6 +39,11 @@ class TrainConfig(JobConfig):
 
     data: Any = None
     """A data module to instantiate (``_target_`` plus its arguments), or ``None``."""
+    callbacks: dict[str, Any] | None = None
+    """``kiln.core.fit`` callbacks by name, each ``_target_`` plus its arguments (the
+    ``callbacks`` config group; a ``null`` entry drops one)."""
+    optimized_metric: OptimizedMetric = field(default_factory=OptimizedMetric)
+    """The metric the job returns to Hydra's sweeper (``hparams_search=`` studies)."""
 
 
 def register_configs() -> None:

@@ -24,6 +24,20 @@ def global_rank() -> int:
     return 0
 
 
+def build_callbacks(resolved: dict[str, Any]) -> list[Any]:
+    """The ``callbacks`` config group's objects, in name order (``null`` entries dropped)."""
+    from hydra.utils import instantiate
+
+    specs = resolved.get("callbacks") or {}
+    for name, spec in specs.items():
+        if spec is not None and "_target_" not in spec:
+            raise ValueError(
+                f"callbacks.{name} has no _target_; each callback is a _target_ (e.g. "
+                "kiln.core.callbacks.EMA) plus its arguments, see configs/callbacks/"
+            )
+    return [instantiate(specs[name]) for name in sorted(specs) if specs[name] is not None]
+
+
 def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
     """Train as one process of the job; a top-level function so ``kiln.core.launch`` can pickle it.
 
@@ -52,6 +66,7 @@ def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]
         trainer,
         compile_cfg,
         loggers=loggers if global_rank() == 0 else [],
+        callbacks=build_callbacks(resolved),
         run_config=resolved,
     )
     return {**dataclasses.asdict(result), "init_weights_sha256": init_hash}

@@ -1,0 +1,3 @@
+from kiln.experiments.eval.cli import main
+
+main()

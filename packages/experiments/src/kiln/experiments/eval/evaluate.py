@@ -1,0 +1,46 @@
+"""Run a module's ``validation_step`` over a split of its data module and compute its metrics."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+SPLITS = {"validation": ("val_dataloader", "val"), "test": ("test_dataloader", "test")}
+"""split name -> (the data module's loader method, the metrics' prefix)."""
+
+
+def evaluate(module: Any, split: str = "validation", limit_batches: int | None = None) -> dict:
+    """The module's metrics (``validation_metrics``) on ``split`` of its data module.
+
+    Args:
+        module: A kiln module with its data module, in eval mode.
+        split: ``validation`` or ``test`` (where the data module has ``test_dataloader``).
+        limit_batches: Evaluate the first N batches only (``None``: all).
+
+    Returns:
+        ``{"<val|test>/<metric>": value}``.
+
+    Raises:
+        ValueError: An unknown split, or one the data module does not have.
+    """
+    import torch
+
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} is not valid; use one of: {', '.join(SPLITS)}")
+    method, prefix = SPLITS[split]
+    data = module.data_module
+    if data is None or not callable(getattr(data, method, None)):
+        raise ValueError(
+            f"the data module {type(data).__name__} has no {split} split (no {method}()); "
+            f"use split=validation"
+        )
+    outputs: dict[str, list[torch.Tensor]] = defaultdict(list)
+    module.eval()
+    with torch.no_grad():
+        for i, batch in enumerate(getattr(data, method)()):
+            if limit_batches is not None and i >= limit_batches:
+                break
+            for key, value in module.validation_step(batch, i).items():
+                outputs[key].append(value.detach())
+    metrics = module.validation_metrics({k: torch.cat(v) for k, v in outputs.items()})
+    return {f"{prefix}/{k}": float(v) for k, v in metrics.items()}

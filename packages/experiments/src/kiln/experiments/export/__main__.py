@@ -1,0 +1,3 @@
+from kiln.experiments.export.cli import main
+
+main()

@@ -1,0 +1,75 @@
+"""Hyperparameter studies (``hparams_search=``): the trials ranked by the optimized metric.
+
+A study is a kiln-train sweep run by the Optuna sweeper; its ``multirun.yaml`` names the
+searched parameters (``hydra.sweeper.params``) and each job's config its
+``optimized_metric`` (name and mode).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+
+def study_params(root: Path, records: list[dict[str, Any]]) -> list[str]:
+    """The parameters an Optuna study in ``root`` searched; ``[]`` when it is no study.
+
+    Read from the sweep's ``multirun.yaml`` or, as the Optuna sweeper writes none, from a
+    job's ``.hydra/hydra.yaml``.
+    """
+    candidates = [root / "multirun.yaml"] + [
+        Path(str(r["job_dir"])) / ".hydra" / "hydra.yaml" for r in records if r.get("job_dir")
+    ]
+    found = next((path for path in candidates if path.is_file()), None)
+    if found is None:
+        return []
+    config = OmegaConf.to_container(OmegaConf.load(found), resolve=False)
+    sweeper = (config.get("hydra") or {}).get("sweeper")  # type: ignore[union-attr]
+    if not sweeper or "optuna" not in str(sweeper.get("_target_", "")).lower():
+        return []
+    return list(sweeper.get("params") or {})
+
+
+def _lookup(config: dict[str, Any], dotted: str) -> Any:
+    node: Any = config
+    for key in dotted.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def study_rows(records: list[dict[str, Any]], params: list[str]) -> tuple[str, list[dict]]:
+    """The trials best first (failed and non-finite ones last), with their parameters.
+
+    Returns:
+        The metric's name and one row per trial: ``rank``, ``run``, each parameter, the
+        metric, ``status``.
+    """
+    metric = next(
+        (
+            r["config"]["optimized_metric"]
+            for r in records
+            if (r.get("config") or {}).get("optimized_metric")
+        ),
+        {"name": "", "mode": "min"},
+    )
+    name = metric.get("name") or next(
+        (next(iter(r["metrics"]), "") for r in records if r.get("metrics")), ""
+    )
+    sign = 1.0 if metric.get("mode", "min") == "min" else -1.0
+    rows = []
+    for record in records:
+        value = (record.get("metrics") or {}).get(name)
+        finite = record.get("status") == "ok" and value is not None and math.isfinite(value)
+        row = {"run": Path(str(record.get("job_dir", "?"))).name}
+        row |= {p: _lookup(record.get("config") or {}, p) for p in params}
+        row |= {name: value, "status": record.get("status")}
+        rows.append((0 if finite else 1, sign * value if finite else 0.0, row))
+    ranked = [row for *_, row in sorted(rows, key=lambda t: (t[0], t[1]))]
+    for rank, row in enumerate(ranked, 1):
+        row["rank"] = rank
+    return name, ranked

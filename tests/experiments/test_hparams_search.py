@@ -1,0 +1,40 @@
+"""hparams_search=default_lr: a small Optuna study on the CPU, ranked by kiln-report."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+from omegaconf import OmegaConf
+from train_helpers import FAST, explain, job_dirs, run_train, summary
+
+from kiln.experiments.report.cli import main as report_main
+
+
+@pytest.mark.slow
+def test_three_trial_study_returns_the_metric_to_optuna_and_reports_ranked(tmp_path):
+    proc = run_train(["hparams_search=default_lr", *FAST, "hydra.sweeper.n_trials=3"], tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    jobs = job_dirs(tmp_path)
+    assert len(jobs) == 3
+    records = [summary(job) for job in jobs]
+    assert all(r["status"] == "ok" for r in records), [r.get("error") for r in records]
+    losses = [r["metrics"]["val/loss"] for r in records]
+    lrs = {r["config"]["optimizer"]["lr"] for r in records}
+    assert len(lrs) == 3 and all(1e-5 <= lr <= 1e-2 for lr in lrs)
+    # each trial is one W&B run, all in the study's group
+    groups = {r["wandb"]["group"] for r in records}
+    assert len(groups) == 1 and None not in groups
+    assert len({r["wandb"]["run_id"] for r in records}) == 3
+    # Optuna got each trial's val/loss: its best is the smallest
+    sweep = jobs[0].parent
+    results = OmegaConf.load(sweep / "optimization_results.yaml")
+    assert results.best_value == min(losses)
+
+    assert report_main([str(sweep), "--quiet"]) == 0
+    with open(sweep / "study.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["val/loss"]) for r in rows] == sorted(losses)
+    assert [r["rank"] for r in rows] == ["1", "2", "3"]
+    assert (sweep / "study_optimizer_lr.png").is_file()
+    assert (sweep / "study_optimizer_weight_decay.png").is_file()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 CONFIG_DIR_ENV = "KILN_CONFIG_DIR"
 
@@ -27,3 +29,18 @@ def config_dir() -> str:
         f"no train.yaml in {', '.join(map(str, candidates))}; set {CONFIG_DIR_ENV} to kiln's "
         "configs/ directory"
     )
+
+
+def run_hydra_app(task: Callable[[Any], Any], config_name: str, register: Callable[[], None]):
+    """Run ``task`` as a Hydra app over kiln's configs: the entry points' shared ``main``.
+
+    Loads the ``kiln.plugins`` entry points first (their models, data modules, callbacks),
+    then registers the command's typed schema.
+    """
+    import hydra
+
+    from kiln.models.plugins import load_plugins
+
+    load_plugins()
+    register()
+    return hydra.main(version_base="1.3", config_path=config_dir(), config_name=config_name)(task)()

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from kiln.experiments.bench.runner import run_bench_job
 from kiln.experiments.bench.schema import register_configs
-from kiln.experiments.config import config_dir
+from kiln.experiments.config import run_hydra_app
 from kiln.experiments.job import BENCH, JobInfo
 from kiln.experiments.lifecycle import JobFailed
 
@@ -59,11 +58,7 @@ def task(cfg: DictConfig) -> float | None:
 
 def main() -> None:
     """Console script entry point."""
-    from kiln.models.plugins import load_plugins
-
-    load_plugins()  # the kiln.plugins entry points: their models, data modules, callbacks
-    register_configs()
-    hydra.main(version_base="1.3", config_path=config_dir(), config_name="bench")(task)()
+    run_hydra_app(task, "bench", register_configs)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,9 @@ Examples::
 
 from __future__ import annotations
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from kiln.experiments.config import config_dir
+from kiln.experiments.config import run_hydra_app
 from kiln.experiments.console import job_table, show_table
 from kiln.experiments.job import JobInfo
 from kiln.experiments.train.objective import OptimizedMetric, objective_value
@@ -53,11 +52,7 @@ def optimized_metric(cfg: DictConfig) -> OptimizedMetric:
 
 def main() -> None:
     """Console script entry point."""
-    from kiln.models.plugins import load_plugins
-
-    load_plugins()  # the kiln.plugins entry points: their models, data modules, callbacks
-    register_configs()
-    hydra.main(version_base="1.3", config_path=config_dir(), config_name="train")(task)()
+    run_hydra_app(task, "train", register_configs)
 
 
 if __name__ == "__main__":

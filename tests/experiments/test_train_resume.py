@@ -94,7 +94,11 @@ def test_one_wandb_run_with_one_row_per_step(killed_twice) -> None:
     run_id = (job_dir / "wandb_run_id").read_text().strip()
     files = sorted((job_dir / "wandb").glob("*run-*-*/*.wandb"))  # not latest-run
     assert len(files) == 3, files  # one file per attempt, all of one run
-    assert {read_run(f)["id"] for f in files} == {run_id}
+    # A SIGKILLed attempt's W&B process may die before it writes a record (its file is a
+    # bare header); its rows come back from the checkpoint's history in the next attempt.
+    runs = [read_run(f) for f in files]
+    assert {run["id"] for run in runs if run} == {run_id}
+    assert runs[-1], "the attempt that finished wrote no run record"
     assert summary(job_dir)["wandb"]["run_id"] == run_id
     steps = [
         row["trainer/global_step"] for f in files for row in read_history(f) if "train/loss" in row

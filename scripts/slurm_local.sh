@@ -76,6 +76,8 @@ SlurmctldHost=$HOST
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+# a requeued job waits cred_expire seconds before it may start again (default 120)
+AuthInfo=cred_expire=10
 SlurmctldPort=6817
 SlurmdPort=6818
 StateSaveLocation=$STATE
@@ -89,6 +91,8 @@ TaskPlugin=task/none
 MpiDefault=none
 SwitchType=switch/none
 SchedulerType=sched/backfill
+# test all pending jobs every 2 s (default 60): a requeued job starts once it may
+SchedulerParameters=sched_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 AccountingStorageType=accounting_storage/none

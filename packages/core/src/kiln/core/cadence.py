@@ -50,8 +50,12 @@ class Cadence:
             start_step=run.global_step,
         )
 
-    def after_step(self, out: StepOutput) -> None:
-        """Log, validate and checkpoint as ``trainer`` says; all three at the last step."""
+    def after_step(self, out: StepOutput, interrupted: bool = False) -> None:
+        """Log, validate and checkpoint as ``trainer`` says; all three at the last step.
+
+        ``interrupted``: a signal stops the run after this step; it is checkpointed, and
+        logged and validated only where its cadence says (a resumed run logs the rest).
+        """
         trainer, run = self.ctx.trainer, self.run
         self._pending.append(_PendingLoss(out.step, out.loss_sum, out.total))
         # a stop requested by a callback makes this the last step
@@ -68,7 +72,7 @@ class Cadence:
             if not logged:
                 self.log(out.grad_norm)
         if trainer.checkpoint_dir is not None and (
-            done or _every(run.global_step, trainer.checkpoint_every_n_steps)
+            done or interrupted or _every(run.global_step, trainer.checkpoint_every_n_steps)
         ):
             self.checkpoint()
 

@@ -19,6 +19,7 @@ then ``finish`` (below).
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from itertools import islice
@@ -39,6 +40,7 @@ from kiln.core.resume import resume
 from kiln.core.setup import Context, setup
 from kiln.core.state import FitResult, RunState
 from kiln.core.step import train_step
+from kiln.core.stop import StopPoll, listening
 from kiln.core.telemetry import device_peak_memory_mb
 
 # the exceptions and the result stay importable from here, where they were first defined
@@ -93,10 +95,15 @@ def fit(
         ctx.fabric.call("on_loop_start", Loop(ctx, run, cadence.checkpoint))
         ctx.fabric.call("on_fit_start")
         ctx.model.train()
-        with cadence.progress:
-            # a stop a callback requested is honoured here, at the step boundary
+        poll = StopPoll(ctx.fabric)
+        with cadence.progress, listening():
+            # a stop a callback or a signal requested is honoured here, at the step boundary
             while run.global_step < ctx.total_steps and run.stop_reason is None:
-                cadence.after_step(train_step(ctx, run, next(windows)))
+                out = train_step(ctx, run, next(windows))
+                signum = poll() if run.global_step < ctx.total_steps else 0
+                cadence.after_step(out, interrupted=bool(signum))
+                if signum:  # after the checkpoint: a resumed run must not stay stopped
+                    run.stop_reason, run.stop_signal = "signal", signal.Signals(signum).name
         ctx.fabric.call("on_fit_end")
         return finish(ctx, run)
 
@@ -151,8 +158,8 @@ def finish(ctx: Context, run: RunState) -> FitResult:
         "peak_memory_mb": device_peak_memory_mb(fabric.device),
         "skipped_steps": run.skipped_steps,
     }
-    if fabric.is_global_zero and fabric.loggers:
-        fabric.log_dict(
+    if fabric.is_global_zero and fabric.loggers and run.stop_reason != "signal":
+        fabric.log_dict(  # once, at the run's real end (not where a signal paused it)
             {f"telemetry/{k}": v for k, v in telemetry.items() if isinstance(v, int | float)},
             step=run.global_step,
         )

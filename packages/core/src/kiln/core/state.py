@@ -17,8 +17,11 @@ class FitResult:
     telemetry: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     checkpoint: str | None = None
-    # "max_steps", "max_epochs", or the reason a callback gave loop.request_stop(reason)
+    # "max_steps", "max_epochs", "signal" (see kiln.core.stop), or the reason a callback
+    # gave loop.request_stop(reason)
     stop_reason: str | None = None
+    # with stop_reason "signal": the signal that stopped it at a step boundary ("SIGTERM")
+    stop_signal: str | None = None
     run_id: str | None = None  # the run's id in its checkpoint dir's run.json and checkpoints
 
 
@@ -36,6 +39,7 @@ class RunState:
     lr: float | None = None  # the learning rate the latest step used
     counts_checked: bool = False  # count_items was compared with num_items (once per process)
     stop_reason: str | None = None  # a callback asked the run to stop (saved: resume stays stopped)
+    stop_signal: str | None = None  # a signal stopped it at a step boundary (never saved)
     run_id: str | None = None  # set by the resume stage: kept across restarts
     micro_batch_flops: int | None = None  # forward + backward FLOPs of one micro-batch
 
@@ -70,5 +74,6 @@ class RunState:
             history=list(self.history),
             checkpoint=self.checkpoint,
             stop_reason=self.stop_reason,
+            stop_signal=self.stop_signal,
             run_id=self.run_id,
         )

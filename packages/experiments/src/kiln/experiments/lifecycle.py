@@ -64,6 +64,17 @@ class Terminated(SystemExit):
         return f"terminated by {self.signal_name}"
 
 
+class Requeued(SystemExit):
+    """SLURM's USR2 (preemption, time limit): the job saved a checkpoint at a step boundary
+    and submitit requeued it; the next attempt resumes (exit code as submitit's, 255)."""
+
+    def __init__(self, code: Any) -> None:
+        super().__init__(code)
+
+    def __str__(self) -> str:
+        return "stopped by SIGUSR2 at a step boundary with a checkpoint; submitit requeued the job"
+
+
 def _terminated(signum: int, frame: Any) -> None:
     raise Terminated(signum)
 

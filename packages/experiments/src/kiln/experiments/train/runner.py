@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.experiments.job import TRAIN, JobInfo
-from kiln.experiments.lifecycle import Lifecycle, Terminated
+from kiln.experiments.lifecycle import Lifecycle, Requeued, Terminated
 from kiln.experiments.schema import LoggerConfig
 from kiln.experiments.stages import stage
 from kiln.experiments.tracking.tags import run_tags
@@ -71,11 +71,33 @@ def _fields(cfg: Any) -> dict[str, Any]:
 
 def _attempt_end(exc: BaseException | None, record: dict[str, Any]) -> str:
     """How an attempt ended, for ``attempts.json`` (``killed`` is written by the next one)."""
+    if isinstance(exc, Requeued):
+        return "requeued"
     if isinstance(exc, Terminated):
         return exc.signal_name
     if isinstance(exc, KeyboardInterrupt):
         return "SIGINT"
     return "ok" if exc is None and record["status"] == "ok" else "failed"
+
+
+def end_after_signal(signal_name: str) -> None:
+    """Run the handler of the signal that stopped ``fit`` at a step boundary, now that its
+    checkpoint is written: SIGTERM exits 143 (``Terminated``), SIGINT raises
+    ``KeyboardInterrupt``, SIGUSR2 under submitit requeues the job (``Requeued``)."""
+    import signal
+
+    signum = signal.Signals[signal_name]
+    if not callable(signal.getsignal(signum)):
+        raise Terminated(signum)  # the default action would end the process unrecorded
+    if signum == signal.SIGUSR2:
+        # a requeue makes SLURM send SIGTERM at once: let the record and W&B finish first
+        signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        signal.raise_signal(signum)  # the Python handler runs before this returns
+    except SystemExit as exc:
+        if signum == signal.SIGUSR2 and not isinstance(exc, Terminated):
+            raise Requeued(exc.code) from None  # submitit requeued the job and exits
+        raise
 
 
 def _already_done(cfg: Any, job: JobInfo) -> dict[str, Any] | None:
@@ -115,6 +137,8 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
     attempts: list[dict[str, Any]] = []
 
     def record_attempt(exc: BaseException | None) -> None:
+        if isinstance(exc, Requeued):
+            life.record["status"] = "requeued"  # the next attempt resumes it
         if attempts:
             end = _attempt_end(exc, life.record)
             job_resume.end_attempt(job.output_dir, attempts, end, life.record["global_step"])
@@ -164,7 +188,6 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
                 job_resume.backfill(life.loggers, checkpoint, life.tracker.logged_through)
             result = train(resolved, life.loggers)
             life.record.update(
-                status="ok",
                 **{
                     k: result[k]
                     for k in (
@@ -178,4 +201,8 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
                     )
                 },
             )
+            if result.get("stop_reason") == "signal":
+                end_after_signal(result["stop_signal"])
+            else:
+                life.record["status"] = "ok"
     return life.record

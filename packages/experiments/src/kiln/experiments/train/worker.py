@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 from typing import Any
 
 from kiln.experiments.build import build_module, seed_before_build
@@ -49,6 +50,7 @@ def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]
         ``kiln.core.FitResult`` as a dict.
     """
     from kiln.core import CompileConfig, TrainerConfig, fit, weights_hash
+    from kiln.core.stop import stop_on_signals
 
     trainer = TrainerConfig(**resolved["trainer"])
     compile_cfg = CompileConfig(**resolved["compile"])
@@ -61,20 +63,22 @@ def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]
                 logger.log_hyperparams({"seed": trainer.seed, "init_weights_sha256": init_hash})
             except NotImplementedError:
                 pass  # Fabric's CSVLogger keeps no hyperparameters; summary.json has them
-    result = fit(
-        module,
-        trainer,
-        compile_cfg,
-        loggers=loggers if global_rank() == 0 else [],
-        callbacks=build_callbacks(resolved),
-        run_config=resolved,
-    )
+    # SIGTERM, Ctrl-C and SLURM's USR2 stop the run at the next step boundary, with a
+    # checkpoint there; the job then re-raises the signal (runner.end_after_signal)
+    with stop_on_signals():
+        result = fit(
+            module,
+            trainer,
+            compile_cfg,
+            loggers=loggers if global_rank() == 0 else [],
+            callbacks=build_callbacks(resolved),
+            run_config=resolved,
+        )
     return {**dataclasses.asdict(result), "init_weights_sha256": init_hash}
 
 
 def train(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
     """Train the job: in this process, or in ``trainer.devices`` worker processes it starts."""
-    from kiln.core import launch
     from kiln.core.launch import launched_externally
 
     trainer = resolved["trainer"]
@@ -86,5 +90,22 @@ def train(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
             "job with torchrun or launcher=slurm (see packages/experiments/README.md)"
         )
     if trainer["devices"] > 1:
-        return launch(train_worker, trainer["devices"], resolved, loggers)[0]
+        return _launch(resolved, loggers)
     return train_worker(resolved, loggers)
+
+
+def _launch(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
+    """Train on ``trainer.devices`` worker processes started here."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from kiln.core import launch
+    from kiln.experiments.lifecycle import Terminated
+
+    try:
+        return launch(train_worker, resolved["trainer"]["devices"], resolved, loggers)[0]
+    except SignalException as stopped:
+        # torch's agent relayed SIGTERM/SIGINT to the workers (they stop at a step boundary,
+        # with a checkpoint) and raised here: end as a single-process job would
+        if stopped.sigval == signal.SIGINT:
+            raise KeyboardInterrupt from None
+        raise Terminated(stopped.sigval) from None

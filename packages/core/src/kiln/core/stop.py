@@ -1,0 +1,131 @@
+"""Stop at the next step boundary: a signal asks, the loop saves a checkpoint and returns.
+
+A job wraps ``fit`` in :func:`stop_on_signals` (``kiln-train`` does, on every rank, for
+SIGTERM, SIGINT and SIGUSR2). While the loop runs its steps, the first such signal only
+records a stop request; the loop polls it after each optimizer step, on every rank at the
+same step (:class:`StopPoll`: with several processes the ranks all-reduce the request, so a
+signal that reached one rank stops them all), saves a checkpoint there (as a periodic one:
+no extra log row or validation) and returns with ``stop_reason="signal"`` and
+``stop_signal`` naming it. The job then re-raises the signal (``signal.raise_signal``) to
+run the handler that was installed before: exit 143 for SIGTERM, ``KeyboardInterrupt``, submitit's
+checkpoint-and-requeue for SIGUSR2. A signal outside the step loop (setup, compile,
+validation before the first step, after the loop), or a second one, goes straight to that
+previous handler, as without kiln.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
+"""What ``kiln-train`` turns into a stop at the next step boundary."""
+
+
+class _Request:
+    """This process's stop request (a signal handler writes it, the loop reads it)."""
+
+    signum = 0  # 0: none
+    listening = False  # the loop is between steps and will honour a request
+
+
+_REQUEST = _Request()
+
+
+def request_stop(signum: int) -> bool:
+    """Ask the running loop to stop at its next step boundary, as if ``signum`` arrived.
+
+    Returns:
+        Whether the request was taken: ``False`` when no loop is running its steps in this
+        process, or a stop was already requested (then the caller acts at once).
+    """
+    if not _REQUEST.listening or _REQUEST.signum:
+        return False
+    _REQUEST.signum = int(signum)
+    return True
+
+
+def requested_signal() -> int:
+    """The signal whose stop this process requested (0: none)."""
+    return _REQUEST.signum
+
+
+@contextmanager
+def listening() -> Iterator[None]:
+    """The loop's step phase: a stop request is honoured at the next boundary (``fit``)."""
+    _REQUEST.signum, _REQUEST.listening = 0, True
+    try:
+        yield
+    finally:
+        _REQUEST.listening = False
+
+
+def _call_previous(previous: Any, signum: int, frame: Any) -> None:
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)  # the default action: end the process
+        signal.raise_signal(signum)
+
+
+@contextmanager
+def stop_on_signals(signals: Iterable[int] = STOP_SIGNALS) -> Iterator[None]:
+    """Turn ``signals`` into a stop at the next step boundary while inside (main thread only;
+    elsewhere a no-op). Handlers installed before are restored on exit and get any signal
+    the loop does not take (see the module doc)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {int(s): signal.getsignal(s) for s in signals}
+
+    def handler(signum: int, frame: Any) -> None:
+        if request_stop(signum):
+            # os.write: print() may be the very call this handler interrupted
+            note = f"{signal.Signals(signum).name}: stopping at the next step boundary\n"
+            os.write(sys.stderr.fileno(), note.encode())
+        else:
+            _call_previous(previous[signum], signum, frame)
+
+    for signum in previous:
+        signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old if old is not None else signal.SIG_DFL)
+
+
+class StopPoll:
+    """Whether to stop at this step boundary, decided alike on every rank.
+
+    One process reads its own request. Several all-reduce it (max of the signal numbers)
+    after every step, over a gloo group on host memory: a median 0.4 ms (90th percentile
+    3 ms) between 2 CPU processes on this project's busy 2-core VM, next to steps of tens
+    of milliseconds and DDP's own per-step all-reduce; on GPUs it syncs no device (NCCL
+    jobs get a side gloo group).
+
+    Args:
+        fabric: The run's Fabric (after ``launch``).
+    """
+
+    def __init__(self, fabric: Any) -> None:
+        self.distributed = fabric.world_size > 1 and torch.distributed.is_initialized()
+        self.group = None
+        if self.distributed and torch.distributed.get_backend() != "gloo":
+            self.group = torch.distributed.new_group(backend="gloo")  # collective, every rank
+        self._flag = torch.zeros(1, dtype=torch.int32)
+
+    def __call__(self) -> int:
+        """The signal number a stop was requested for on any rank, or 0."""
+        if not self.distributed:
+            return _REQUEST.signum
+        self._flag.fill_(_REQUEST.signum)
+        torch.distributed.all_reduce(self._flag, torch.distributed.ReduceOp.MAX, self.group)
+        return int(self._flag.item())

@@ -1,0 +1,87 @@
+"""A signal inside ``stop_on_signals`` stops ``fit`` at the next step boundary with a checkpoint
+there (however rare the periodic ones), on every rank alike, and the run resumes exactly."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from test_resume import EPOCHS_KW, assert_same_weights, epochs_trainer, losses
+from toy import ToyTokenModule, weights
+
+from kiln.core import fit, launch
+from kiln.core.stop import stop_on_signals
+
+STOP_AT = 9  # epoch 1 (7 steps per epoch), between the periodic checkpoints (every 1000)
+
+
+class SignalAt:
+    """Sends ``signum`` to this process during step ``step`` (on ``rank`` only)."""
+
+    def __init__(self, signum: int, step: int, rank: int = 0) -> None:
+        self.signum, self.step, self.rank, self.loop = signum, step, rank, None
+
+    def on_loop_start(self, loop) -> None:
+        self.loop = loop
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        loop = self.loop
+        if loop.fabric.global_rank == self.rank and loop.global_step + 1 == self.step:
+            os.kill(os.getpid(), self.signum)
+
+
+def run(root: Path, resume: str | None, signum: int | None, devices: int = 1, rank: int = 0):
+    """The epochs toy of test_resume, checkpointing every 1000 steps, inside stop_on_signals
+    (with ``signum`` sent to ``rank`` during step ``STOP_AT``); top-level for spawned ranks."""
+    trainer = epochs_trainer(root, resume, devices)
+    trainer.checkpoint_every_n_steps = 1000
+    module = ToyTokenModule(**EPOCHS_KW)
+    callbacks = [SignalAt(signum, STOP_AT, rank)] if signum else []
+    with stop_on_signals():
+        result = fit(module, trainer, callbacks=callbacks)
+    return {"weights": weights(module), "result": result}
+
+
+def _assert_stopped_then_resumed_exactly(root: Path, stopped, resumed, full) -> None:
+    assert (stopped.stop_reason, stopped.global_step) == ("signal", STOP_AT)
+    assert stopped.checkpoint == str(root / "ckpt" / f"step-{STOP_AT:08d}.ckpt")
+    assert resumed["result"].stop_reason == "max_steps"
+    assert_same_weights(resumed["weights"], full["weights"])
+    assert losses(resumed["result"]) == losses(full["result"])
+    assert resumed["result"].metrics == full["result"].metrics
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory) -> dict:
+    """The run uninterrupted, shared by the stops below."""
+    return run(tmp_path_factory.mktemp("full"), None, None)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_at_the_step_boundary_with_a_checkpoint(tmp_path, full, signum) -> None:
+    before = signal.getsignal(signum)
+    stopped = run(tmp_path / "stopped", None, signum)["result"]
+    assert stopped.stop_signal == signal.Signals(signum).name
+    assert signal.getsignal(signum) is before  # the previous handler is back
+    resumed = run(tmp_path / "stopped", "auto", None)
+    _assert_stopped_then_resumed_exactly(tmp_path / "stopped", stopped, resumed, full)
+
+
+def test_a_signal_outside_the_step_loop_goes_to_the_previous_handler() -> None:
+    with pytest.raises(KeyboardInterrupt), stop_on_signals():
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+@pytest.mark.slow  # three 2-process launches (~3 min on the loaded 2-core machine)
+def test_a_signal_on_one_of_two_ranks_stops_both_at_the_same_step(tmp_path) -> None:
+    full = launch(run, 2, tmp_path / "full", None, None, 2)
+    stopped = launch(run, 2, tmp_path / "stopped", None, signal.SIGTERM, 2, 1)
+    for rank in range(2):  # rank 0 never got the signal: the all-reduce told it
+        assert stopped[rank]["result"].stop_signal == "SIGTERM"
+    resumed = launch(run, 2, tmp_path / "stopped", "auto", None, 2)
+    for rank in range(2):
+        _assert_stopped_then_resumed_exactly(
+            tmp_path / "stopped", stopped[rank]["result"], resumed[rank], full[rank]
+        )

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from train_helpers import FAST, explain, job_dirs, run_train, summary
 
 from kiln.experiments.tracking.wandb_files import read_history, read_run
 
-STEPS = 60
+STEPS = 30
 ARGS = [
     *FAST,
     f"trainer.max_steps={STEPS}",
@@ -34,17 +35,21 @@ def _checkpointed_steps(job_dir: Path) -> list[int]:
     return [int(name.split("-")[1].split(".")[0]) for name in names]
 
 
-def _start_and_stop(job_dir: Path, log_dir: Path, sig: int, after_step: int) -> int:
-    """Start kiln-train into ``job_dir``; send ``sig`` once it checkpointed past ``after_step``."""
+def _start_and_stop(
+    job_dir: Path, log_dir: Path, sig: int, ready: Callable[[str], bool], extra: tuple = ()
+) -> int:
+    """Start kiln-train into ``job_dir``; send ``sig`` once ``ready(its output so far)``."""
     env = {**os.environ, "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
-    cmd = [sys.executable, "-m", "kiln.experiments.train", *ARGS, f"hydra.run.dir={job_dir}"]
-    proc = subprocess.Popen(
-        cmd, env=env, cwd=log_dir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+    cmd = [sys.executable, "-m", "kiln.experiments.train", *ARGS, *extra]
+    out = log_dir / f"attempt-{signal.Signals(sig).name}.log"
+    with out.open("w") as f:
+        proc = subprocess.Popen(
+            [*cmd, f"hydra.run.dir={job_dir}"], env=env, cwd=log_dir, stdout=f, stderr=f
+        )
     deadline = time.monotonic() + 600
-    while not any(s > after_step for s in _checkpointed_steps(job_dir)):
-        assert proc.poll() is None, f"ended before a checkpoint: {proc.stderr.read()[-4000:]}"
-        assert time.monotonic() < deadline, "no checkpoint within 600 s"
+    while not ready(out.read_text()):
+        assert proc.poll() is None, f"ended before the signal: {out.read_text()[-4000:]}"
+        assert time.monotonic() < deadline, "not ready within 600 s"
         time.sleep(0.05)
     proc.send_signal(sig)
     proc.wait(timeout=300)
@@ -54,20 +59,30 @@ def _start_and_stop(job_dir: Path, log_dir: Path, sig: int, after_step: int) -> 
 
 @pytest.fixture(scope="module")
 def killed_twice(tmp_path_factory):
-    """A job SIGKILLed after a checkpoint, re-run and SIGTERMed, then re-run to the end."""
+    """A job SIGKILLed after a checkpoint; re-run with checkpoints every 1000 steps and
+    SIGTERMed two steps after its resume; re-run to the end. And the job uninterrupted."""
     log_dir = tmp_path_factory.mktemp("resume")
     job_dir = log_dir / "job"
-    killed = _start_and_stop(job_dir, log_dir, signal.SIGKILL, 0)
+    killed = _start_and_stop(
+        job_dir, log_dir, signal.SIGKILL, lambda _: bool(_checkpointed_steps(job_dir))
+    )
+    after = max(_checkpointed_steps(job_dir)) + 2  # progress prints "step N/30 ..."
     terminated = _start_and_stop(
-        job_dir, log_dir, signal.SIGTERM, max(_checkpointed_steps(job_dir))
+        job_dir,
+        log_dir,
+        signal.SIGTERM,
+        lambda out: f"step {after}/" in out,
+        ("trainer.checkpoint_every_n_steps=1000",),
     )
     terminated_summary = summary(job_dir)
     proc = run_train([*ARGS, f"hydra.run.dir={job_dir}"], log_dir)
-    return job_dir, killed, terminated, terminated_summary, proc
+    plain = run_train([*ARGS, f"hydra.run.dir={log_dir / 'plain'}"], log_dir)
+    assert plain.returncode == 0, explain(plain)
+    return job_dir, killed, terminated, terminated_summary, proc, summary(log_dir / "plain")
 
 
 def test_sigterm_exits_143_and_is_recorded(killed_twice) -> None:
-    _, killed, terminated, record, _ = killed_twice
+    _, killed, terminated, record, *_ = killed_twice
     assert killed == -signal.SIGKILL
     assert terminated == 143
     assert record["status"] == "failed"
@@ -75,8 +90,24 @@ def test_sigterm_exits_143_and_is_recorded(killed_twice) -> None:
     assert [a["ended"] for a in record["attempts"]] == ["killed", "SIGTERM"]
 
 
+def test_sigterm_checkpoints_at_its_step_and_the_resume_is_exact(killed_twice) -> None:
+    """SIGTERM stops the run at the next step boundary with a checkpoint there (none was due:
+    every 1000 steps), and the re-run resumes from it to the end of an uninterrupted run."""
+    job_dir, _, _, terminated, proc, plain = killed_twice
+    stopped = terminated["attempts"][-1]
+    assert stopped["from_step"] + 2 <= stopped["at_step"] == terminated["global_step"]
+    assert terminated["checkpoint"] == str(
+        job_dir / "checkpoints" / f"step-{stopped['at_step']:08d}.ckpt"
+    )
+    assert proc.returncode == 0, explain(proc)
+    record = summary(job_dir)
+    assert record["attempts"][-1]["from_step"] == stopped["at_step"]
+    assert record["history"] == plain["history"]  # every loss, lr and grad norm, bit for bit
+    assert record["metrics"] == plain["metrics"]
+
+
 def test_resumed_job_keeps_full_history_and_attempts(killed_twice) -> None:
-    job_dir, _, _, _, proc = killed_twice
+    job_dir, _, _, _, proc, _ = killed_twice
     assert proc.returncode == 0, explain(proc)
     record = summary(job_dir)
     assert record["status"] == "ok"
@@ -86,7 +117,7 @@ def test_resumed_job_keeps_full_history_and_attempts(killed_twice) -> None:
     assert [a["ended"] for a in attempts] == ["killed", "SIGTERM", "ok"]
     assert attempts[0]["from_step"] == 0
     assert 0 < attempts[1]["from_step"] < attempts[2]["from_step"] < STEPS
-    assert all(a["from_step"] % 5 == 0 for a in attempts)
+    assert attempts[1]["from_step"] % 5 == 0  # the SIGKILLed attempt's periodic checkpoint
 
 
 def test_one_wandb_run_with_one_row_per_step(killed_twice) -> None:
@@ -107,7 +138,7 @@ def test_one_wandb_run_with_one_row_per_step(killed_twice) -> None:
 
 
 def test_resume_refuses_a_changed_model_seed_or_optimizer(killed_twice) -> None:
-    job_dir, *_, proc = killed_twice
+    job_dir, *_, proc, _ = killed_twice
     assert proc.returncode == 0, explain(proc)
     changed = [*ARGS, "trainer.seed=1", "optimizer.lr=0.01", f"hydra.run.dir={job_dir}"]
     proc = run_train(changed, job_dir.parent)

@@ -65,14 +65,15 @@ class Terminated(SystemExit):
 
 
 class Requeued(SystemExit):
-    """SLURM's USR2 (preemption, time limit): the job saved a checkpoint at a step boundary
-    and submitit requeued it; the next attempt resumes (exit code as submitit's, 255)."""
+    """SLURM's USR2 (preemption, time limit) stopped the job at a step boundary with a
+    checkpoint; once its record is written, submitit requeues it (``record``: the record)."""
 
-    def __init__(self, code: Any) -> None:
-        super().__init__(code)
+    def __init__(self, record: dict[str, Any]) -> None:
+        super().__init__(-1)  # submitit's own exit code for a requeue
+        self.record = record
 
     def __str__(self) -> str:
-        return "stopped by SIGUSR2 at a step boundary with a checkpoint; submitit requeued the job"
+        return "stopped by SIGUSR2 at a step boundary with a checkpoint; requeued by submitit"
 
 
 def _terminated(signum: int, frame: Any) -> None:
@@ -169,10 +170,11 @@ class Lifecycle:
         log.debug("job %s failed:\n%s", self.job.run_name, trace)
 
     def _finish(self) -> None:
+        # the record first: a job SLURM is requeueing or killing may not outlive W&B's finish
+        if self.writer:
+            write_job_json(Path(self.job.output_dir) / self.kind.file, self.record)
         if self.tracker is not None:
             if self.summarize:
                 self.tracker.summarize(self.summarize(self.record))
             reason = self.record[self.kind.reason_key] if self.failed else None
             self.tracker.finish("failed" if self.failed else "ok", reason)
-        if self.writer:
-            write_job_json(Path(self.job.output_dir) / self.kind.file, self.record)

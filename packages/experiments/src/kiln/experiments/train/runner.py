@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from kiln.experiments.job import TRAIN, JobInfo
@@ -80,24 +81,39 @@ def _attempt_end(exc: BaseException | None, record: dict[str, Any]) -> str:
     return "ok" if exc is None and record["status"] == "ok" else "failed"
 
 
-def end_after_signal(signal_name: str) -> None:
-    """Run the handler of the signal that stopped ``fit`` at a step boundary, now that its
-    checkpoint is written: SIGTERM exits 143 (``Terminated``), SIGINT raises
-    ``KeyboardInterrupt``, SIGUSR2 under submitit requeues the job (``Requeued``)."""
+def end_after_signal(signal_name: str, record: dict[str, Any]) -> None:
+    """Act on the signal that stopped ``fit`` at a step boundary, now that its checkpoint is
+    written: SIGTERM exits 143 (``Terminated``), SIGINT raises ``KeyboardInterrupt``,
+    SIGUSR2 under submitit raises ``Requeued`` (``run_job`` requeues once ``record`` and
+    the W&B run are finished)."""
     import signal
 
     signum = signal.Signals[signal_name]
     if not callable(signal.getsignal(signum)):
         raise Terminated(signum)  # the default action would end the process unrecorded
     if signum == signal.SIGUSR2:
-        # a requeue makes SLURM send SIGTERM at once: let the record and W&B finish first
-        signal.signal(signal.SIGTERM, lambda *_: None)
+        raise Requeued(record)
+    signal.raise_signal(signum)  # the Python handler runs (and raises) before this returns
+
+
+def _requeue(job: JobInfo, requeued: Requeued) -> dict[str, Any]:
+    """Hand a job that USR2 stopped (its record written, its W&B run finished) to submitit's
+    handler, which requeues it and exits (rank 0) or returns (other ranks)."""
+    import signal
+
+    from kiln.experiments.job import write_job_json
+    from kiln.experiments.lifecycle import one_line_reason
+
+    # a requeue makes SLURM send SIGTERM to the job at once: nothing is left to record
+    signal.signal(signal.SIGTERM, lambda *_: None)
     try:
-        signal.raise_signal(signum)  # the Python handler runs before this returns
-    except SystemExit as exc:
-        if signum == signal.SIGUSR2 and not isinstance(exc, Terminated):
-            raise Requeued(exc.code) from None  # submitit requeued the job and exits
+        signal.raise_signal(signal.SIGUSR2)
+    except Exception as exc:  # not requeued (submitit: "timed-out too many times")
+        requeued.record.update(status="failed", error=one_line_reason(exc))
+        if global_rank() == 0:
+            write_job_json(Path(job.output_dir) / TRAIN.file, requeued.record)
         raise
+    return requeued.record
 
 
 def _already_done(cfg: Any, job: JobInfo) -> dict[str, Any] | None:
@@ -123,8 +139,18 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
     A job re-run into its directory resumes from its newest checkpoint (``trainer.resume``
     is ``auto``; the config may not change what the checkpoint was trained with) and its
     W&B run; one that already ended ``ok`` with the same config is skipped. Each attempt is
-    listed in the record's ``attempts``.
+    listed in the record's ``attempts``. SIGTERM, SIGINT and SLURM's USR2 stop training at
+    the next step boundary with a checkpoint (``kiln.core.stop``); USR2 then requeues the
+    job through submitit (its attempt ``requeued``).
     """
+    try:
+        return _run_job(cfg, job)
+    except Requeued as requeued:
+        return _requeue(job, requeued)
+
+
+def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
+    """``run_job`` without the requeue."""
     from omegaconf import OmegaConf
 
     from kiln.core.rundir import check_writable
@@ -202,7 +228,7 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
                 },
             )
             if result.get("stop_reason") == "signal":
-                end_after_signal(result["stop_signal"])
+                end_after_signal(result["stop_signal"], life.record)
             else:
                 life.record["status"] = "ok"
     return life.record

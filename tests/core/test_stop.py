@@ -74,7 +74,7 @@ def test_a_signal_outside_the_step_loop_goes_to_the_previous_handler() -> None:
         os.kill(os.getpid(), signal.SIGINT)
 
 
-@pytest.mark.slow  # three 2-process launches (~3 min on the loaded 2-core machine)
+@pytest.mark.slow  # three 2-process launches: minutes each on the loaded 2-core VM (seen passing)
 def test_a_signal_on_one_of_two_ranks_stops_both_at_the_same_step(tmp_path) -> None:
     full = launch(run, 2, tmp_path / "full", None, None, 2)
     stopped = launch(run, 2, tmp_path / "stopped", None, signal.SIGTERM, 2, 1)

@@ -134,6 +134,10 @@ def _run_command(argv: list[str], block: Block, monkeypatch: pytest.MonkeyPatch)
         )
 
 
+def _words(text: str) -> set[str]:
+    return {word.strip(".,") for word in text.split()}
+
+
 def _ids(blocks: list[Block]) -> list[str]:
     return [f"{b.doc.relative_to(ROOT)}:{b.line}" for b in blocks]
 
@@ -171,7 +175,7 @@ def test_error_examples_fail_with_the_message_shown():
             chain.append(str(cause))
             cause = cause.__cause__ or cause.__context__
         # the README writes Hydra's multi-line message on one line: compare the words
-        missing = set(expected.replace(". ", " ").split()) - set(" ".join(chain).split())
+        missing = _words(expected) - _words(" ".join(chain))
         assert not missing, (block.where, missing, str(err.value))
 
 
@@ -228,7 +232,7 @@ def test_python_blocks_run(doc, tmp_path):
         and (b.lang == "python" or (b.lang == "yaml" and "_target_" in b.text))
     ]
     if not blocks:
-        pytest.skip(f"{doc.name} has no Python block that runs")
+        pytest.skip(f"{doc.relative_to(ROOT)} has no Python block that runs")
     proc = subprocess.run(
         [sys.executable, "-c", PYTHON_RUNNER],
         input=json.dumps(blocks),

@@ -11,10 +11,11 @@ from hydra import compose, initialize_config_dir
 
 from kiln.experiments.bench.runner import run_bench_job
 from kiln.experiments.bench.schema import BenchSettings, register_configs
+from kiln.experiments.config import config_dir
 from kiln.experiments.job import JobInfo
 from kiln.experiments.report.cli import main as report_main
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = config_dir()
 BIN = Path(sys.executable).parent
 
 

@@ -6,42 +6,15 @@ fresh process that never imports kiln, and evaluated by kiln-eval."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from export_helpers import export_case, kiln, plain_outputs
 from train_helpers import explain, job_dirs, run_train, summary
 
 from kiln.experiments.restore import load_trained_module, resolve_checkpoint
 
 EXPERIMENTS = ["bert_text", "tiny_llama_lm", "cnn_digits", "vit_digits"]
-
-# Runs in a fresh interpreter: loads each export with plain transformers / timm only and
-# writes its outputs on the inputs the kiln module saw.
-PLAIN_LOADER = """
-import json, sys, torch
-cases = torch.load(sys.argv[1])
-outputs = {}
-for name, case in cases.items():
-    out = case["dir"]
-    if case["library"] == "timm":
-        import timm
-        model = timm.create_model("local-dir:" + out, pretrained=True).eval()
-        with torch.no_grad():
-            outputs[name] = model(case["inputs"]["pixel_values"])
-    else:
-        import transformers
-        auto = getattr(transformers, case["auto_class"])
-        model = auto.from_pretrained(out).eval()
-        tokenizer = transformers.AutoTokenizer.from_pretrained(out)
-        assert len(tokenizer) == model.get_input_embeddings().num_embeddings
-        with torch.no_grad():
-            outputs[name] = model(**case["inputs"]).logits
-assert not [m for m in sys.modules if m == "kiln" or m.startswith("kiln.")], "imported kiln"
-torch.save(outputs, sys.argv[2])
-"""
 
 
 @pytest.fixture(scope="module")
@@ -83,16 +56,6 @@ def test_callbacks_ema_trains_and_checkpoints_the_average(trained):
         assert any(not torch.equal(average[k], trained_weights[k]) for k in average), name
 
 
-def kiln(command: str, *args: object) -> subprocess.CompletedProcess:
-    """``kiln-<command> args`` in a fresh interpreter."""
-    return subprocess.run(
-        [sys.executable, "-m", f"kiln.experiments.{command}", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
 @pytest.fixture(scope="module")
 def exports(trained, tmp_path_factory):
     """Each job dir exported by kiln-export: name -> out dir."""
@@ -110,26 +73,9 @@ def test_export_loads_in_plain_libraries_with_identical_outputs(trained, exports
         record = json.loads((out / "kiln_export.json").read_text())
         assert record["checkpoint"] == str(resolve_checkpoint(job).resolve())
         module, _ = load_trained_module(record["checkpoint"])
-        batch = module.example_batch(2)
-        with torch.no_grad():
-            if module.task == "image-classification":
-                library, inputs = "timm", {"pixel_values": batch["pixel_values"]}
-                expected[name] = module(batch["pixel_values"])
-            else:
-                library, inputs = "transformers", module.model_inputs(batch)
-                expected[name] = module(**inputs).logits
-        auto_class = getattr(module, "auto_class_name", "")
-        cases[name] = {"dir": str(out), "library": library, "auto_class": auto_class,
-                       "inputs": inputs}  # fmt: skip
+        cases[name], expected[name] = export_case(module, out)
     assert sorted(cases) == sorted(EXPERIMENTS)
-    torch.save(cases, tmp_path / "cases.pt")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run(
-        [sys.executable, "-c", PLAIN_LOADER, str(tmp_path / "cases.pt"), str(tmp_path / "out.pt")],
-        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
-    )  # fmt: skip
-    assert proc.returncode == 0, explain(proc)
-    got = torch.load(tmp_path / "out.pt")
+    got = plain_outputs(cases, tmp_path)
     for name in EXPERIMENTS:
         assert torch.equal(got[name], expected[name]), name
 

@@ -3,6 +3,7 @@ every process of a job; its models run kiln's model contract tests with one comm
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -11,9 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from export_helpers import export_case, kiln, plain_outputs
 from train_helpers import FAST, explain, job_dirs, run_train, summary
 
 import kiln.models as km
+from kiln.experiments.restore import load_trained_module, resolve_checkpoint
 
 PLUGIN_SRC = Path(__file__).resolve().parents[1] / "plugin_example"
 SEARCHPATH = "hydra.searchpath=[pkg://kiln_plugin_example.configs]"
@@ -77,15 +81,59 @@ def test_plugin_that_does_not_import_fails_naming_it(tmp_path):
     assert "kiln plugin 'no_such_plugin_pkg'" in record["error"], record["error"]
 
 
-@pytest.mark.slow
-def test_plugin_image_model_sweeps_two_precisions_on_two_devices(installed, tmp_path):
-    args = ["-m", *IMAGE, "trainer.devices=2", "precision=32-true,bf16-mixed"]
-    proc = run_train(args, tmp_path, env=installed)
+CHECKPOINTS = "trainer.checkpoint_dir=${paths.output_dir}/checkpoints"
+
+
+@pytest.fixture(scope="module")
+def plugin_jobs(installed, tmp_path_factory) -> dict[str, Path]:
+    """The installed plugin's models trained by kiln-train with checkpoints: the image model
+    in a multirun over two precisions with two worker processes per job, the text model
+    in one job. Keys: ``<model>/<precision>``."""
+    sweep, text = tmp_path_factory.mktemp("sweep"), tmp_path_factory.mktemp("text")
+    args = ["-m", *IMAGE, "trainer.devices=2", "precision=32-true,bf16-mixed", CHECKPOINTS]
+    proc = run_train(args, sweep, env=installed, timeout=1800)
     assert proc.returncode == 0, explain(proc)
-    records = [summary(job) for job in job_dirs(tmp_path)]
+    args = ["model=distilbert-small-cls", SEARCHPATH, *FAST, CHECKPOINTS]
+    proc = run_train(args, text, env=installed)
+    assert proc.returncode == 0, explain(proc)
+    jobs = job_dirs(sweep) + job_dirs(text)
+    return {f"{summary(j)['model']}/{summary(j)['precision']}": j for j in jobs}
+
+
+@pytest.mark.slow
+def test_plugin_image_model_sweeps_two_precisions_on_two_devices(plugin_jobs):
+    records = [summary(plugin_jobs[f"convnext-digits/{p}"]) for p in ("32-true", "bf16-mixed")]
     assert [r["status"] for r in records] == ["ok", "ok"], [r.get("error") for r in records]
-    assert sorted(r["precision"] for r in records) == ["32-true", "bf16-mixed"]
-    assert {(r["model"], r["devices"]) for r in records} == {("convnext-digits", 2)}
+    assert {(r["model"], r["devices"], r["global_step"]) for r in records} == {
+        ("convnext-digits", 2, 4)
+    }
+    assert all(set(r["metrics"]) >= {"val/accuracy", "val/loss"} for r in records), records
+
+
+@pytest.mark.slow
+def test_kiln_export_and_eval_on_plugin_models(installed, plugin_jobs, tmp_path, monkeypatch):
+    # Export needs the plugin to rebuild the model; loading the export needs only timm or
+    # transformers (a fresh process without the plugin or kiln gets identical outputs).
+    monkeypatch.syspath_prepend(installed["PYTHONPATH"].split(os.pathsep)[0])  # the reference
+    cases, expected = {}, {}
+    for key in ("convnext-digits/32-true", "distilbert-small-cls/32-true"):
+        name, job = key.split("/")[0], plugin_jobs[key]
+        out = tmp_path / name
+        proc = kiln("export", job, out, env=installed)
+        assert proc.returncode == 0, explain(proc)
+        module, _ = load_trained_module(resolve_checkpoint(job))
+        cases[name], expected[name] = export_case(module, out)
+        # 2 validation batches per rank in training (debug=fast): the same samples
+        batches = 2 * summary(job)["devices"]
+        proc = kiln("eval", job, "--limit-batches", batches, env=installed)
+        assert proc.returncode == 0, explain(proc)
+        result = json.loads((job / "eval.json").read_text())
+        assert result["wandb"]["run_id"] == summary(job)["wandb"]["run_id"]
+        for metric, value in summary(job)["metrics"].items():
+            assert result["metrics"][metric] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    got = plain_outputs(cases, tmp_path)
+    for name, outputs in expected.items():
+        assert torch.equal(got[name], outputs), name
 
 
 @pytest.mark.slow

@@ -1,4 +1,10 @@
-"""Where kiln's Hydra configs live (``configs/``), for every entry point and the tests."""
+"""Where kiln's Hydra configs live, for every entry point and the tests.
+
+They ship inside this package (``kiln/experiments/configs``, Hydra's
+``pkg://kiln.experiments.configs``), so an installed wheel finds them without any setting;
+the repository's top-level ``configs`` is a symlink to that folder. ``$KILN_CONFIG_DIR``
+replaces them with another folder.
+"""
 
 from __future__ import annotations
 
@@ -8,27 +14,30 @@ from pathlib import Path
 from typing import Any
 
 CONFIG_DIR_ENV = "KILN_CONFIG_DIR"
+CONFIG_PACKAGE = "kiln.experiments.configs"
 
 
 def config_dir() -> str:
-    """The ``configs/`` directory: ``$KILN_CONFIG_DIR``, else the repository's (editable install).
+    """kiln's config folder on disk: ``$KILN_CONFIG_DIR``, else the packaged one.
 
     Raises:
-        FileNotFoundError: Neither holds ``train.yaml``.
+        FileNotFoundError: The folder holds no ``train.yaml``.
     """
-    candidates = []
-    if os.environ.get(CONFIG_DIR_ENV):
-        candidates.append(Path(os.environ[CONFIG_DIR_ENV]))
-    else:
-        # packages/experiments/src/kiln/experiments/config.py -> the repository root
-        candidates += [Path(__file__).resolve().parents[5] / "configs", Path.cwd() / "configs"]
-    for candidate in candidates:
-        if (candidate / "train.yaml").is_file():
-            return str(candidate.resolve())
-    raise FileNotFoundError(
-        f"no train.yaml in {', '.join(map(str, candidates))}; set {CONFIG_DIR_ENV} to kiln's "
-        "configs/ directory"
-    )
+    custom = os.environ.get(CONFIG_DIR_ENV)
+    candidate = Path(custom) if custom else Path(__file__).resolve().parent / "configs"
+    if not (candidate / "train.yaml").is_file():
+        where = f"${CONFIG_DIR_ENV}={custom}" if custom else "the kiln-experiments package"
+        raise FileNotFoundError(
+            f"no train.yaml in {candidate} ({where}); {CONFIG_DIR_ENV} must name a folder "
+            "holding kiln's config groups (a copy of kiln/experiments/configs), or be unset"
+        )
+    return str(candidate.resolve())
+
+
+def config_path() -> str:
+    """What the entry points give ``hydra.main``: ``pkg://kiln.experiments.configs``, or
+    the ``$KILN_CONFIG_DIR`` folder when it is set."""
+    return config_dir() if os.environ.get(CONFIG_DIR_ENV) else f"pkg://{CONFIG_PACKAGE}"
 
 
 def run_hydra_app(task: Callable[[Any], Any], config_name: str, register: Callable[[], None]):
@@ -43,4 +52,6 @@ def run_hydra_app(task: Callable[[Any], Any], config_name: str, register: Callab
 
     load_plugins()
     register()
-    return hydra.main(version_base="1.3", config_path=config_dir(), config_name=config_name)(task)()
+    return hydra.main(version_base="1.3", config_path=config_path(), config_name=config_name)(
+        task
+    )()

@@ -36,10 +36,12 @@ def evaluate(module: Any, split: str = "validation", limit_batches: int | None =
         )
     outputs: dict[str, list[torch.Tensor]] = defaultdict(list)
     module.eval()
+    device = next(module.parameters()).device  # a module just trained may sit on a GPU
     with torch.no_grad():
         for i, batch in enumerate(getattr(data, method)()):
             if limit_batches is not None and i >= limit_batches:
                 break
+            batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
             for key, value in module.validation_step(batch, i).items():
                 outputs[key].append(value.detach())
     metrics = module.validation_metrics({k: torch.cat(v) for k, v in outputs.items()})

@@ -44,6 +44,9 @@ class TrainConfig(JobConfig):
     ``callbacks`` config group; a ``null`` entry drops one)."""
     optimized_metric: OptimizedMetric = field(default_factory=OptimizedMetric)
     """The metric the job returns to Hydra's sweeper (``hparams_search=`` studies)."""
+    test_after_fit: bool = False
+    """After training, run the data module's test split through the model's metrics
+    (``test/<metric>`` in ``summary.json`` and the W&B run); the data needs a test split."""
 
 
 def register_configs() -> None:

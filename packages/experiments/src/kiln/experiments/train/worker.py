@@ -57,6 +57,10 @@ def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]
     seed_before_build(trainer.seed)  # same seed, same starting weights, on every rank and job
     module = build_module(resolved)
     init_hash = weights_hash(module)
+    if resolved.get("test_after_fit"):
+        if module.data_module is None:
+            raise ValueError("test_after_fit=true needs a data module with a test split")
+        module.data_module.test_dataloader()  # no test split: fail now, not after training
     if global_rank() == 0:
         for logger in loggers:  # the W&B run's config (a worker process attaches to it)
             try:
@@ -74,7 +78,22 @@ def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]
             callbacks=build_callbacks(resolved),
             run_config=resolved,
         )
-    return {**dataclasses.asdict(result), "init_weights_sha256": init_hash}
+    record = {**dataclasses.asdict(result), "init_weights_sha256": init_hash}
+    stopped = result.stop_reason == "signal"  # the resumed attempt tests the final weights
+    if resolved.get("test_after_fit") and global_rank() == 0 and not stopped:
+        record["metrics"] = {**record["metrics"], **test_pass(module, result.global_step, loggers)}
+    return record
+
+
+def test_pass(module: Any, step: int, loggers: list[Any]) -> dict[str, float]:
+    """The trained module's metrics on its data module's test split (``test/<metric>``),
+    logged at the run's last step; on rank 0, over the whole split."""
+    from kiln.experiments.eval.evaluate import evaluate
+
+    metrics = evaluate(module, "test")
+    for logger in loggers:
+        logger.log_metrics(metrics, step=step)
+    return metrics
 
 
 def train(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:

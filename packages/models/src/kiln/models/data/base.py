@@ -51,7 +51,8 @@ class DataModule:
     """Base of kiln's data modules: batch sizes, workers and the two loaders.
 
     Subclasses implement ``attach`` (check against the model, pick up its tokenizer or
-    transforms) and ``setup`` (build ``self.train_set`` / ``self.val_set``).
+    transforms) and ``setup`` (build ``self.train_set`` / ``self.val_set``, and
+    ``self.test_set`` where there is a test split).
 
     Args:
         batch_size: Training micro-batch size per process (the last partial batch is dropped).
@@ -77,6 +78,7 @@ class DataModule:
         self.seed = seed
         self.train_set: Any = None
         self.val_set: Any = None
+        self.test_set: Any = None  # built by ``setup`` where the data module has a test split
         self._is_setup = False
 
     def attach(self, module: Any) -> None:
@@ -121,4 +123,19 @@ class DataModule:
         """Validation batches, all of ``val_batch_size`` rows (padding rows are ignored)."""
         self.setup()
         padded = PaddedValidationSet(self.val_set, self.val_batch_size * world_size())
+        return self._loader(padded, self.val_batch_size, train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        """Test batches, as the validation ones; only where the data has a test split.
+
+        Raises:
+            ValueError: The data module has no test split (the message says how to get one).
+        """
+        self.setup()
+        if self.test_set is None:
+            raise ValueError(
+                f"the data module {type(self).__name__} has no test split; give it one "
+                "(ImageClassificationData: test_fraction > 0) or use split=validation"
+            )
+        padded = PaddedValidationSet(self.test_set, self.val_batch_size * world_size())
         return self._loader(padded, self.val_batch_size, train=False)

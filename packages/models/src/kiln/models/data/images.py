@@ -51,6 +51,9 @@ class ImageClassificationData(DataModule):
             the model cannot take fails when the data is attached, before training.
         augment: Random resized crops (no flips: digits are not symmetric) in training.
         val_fraction: Held-out fraction when the data has no validation split.
+        test_fraction: Fraction of the training split held out, stratified by label and
+            seeded, as a test split (``test_dataloader``; ``kiln-train test_after_fit=true``,
+            ``kiln-eval --split test``). 0 (the default): no test split.
         **kwargs: See ``DataModule`` (batch sizes, workers, seed) and ``load_raw``.
     """
 
@@ -62,6 +65,7 @@ class ImageClassificationData(DataModule):
         img_size: int | None = None,
         augment: bool = False,
         val_fraction: float = 0.2,
+        test_fraction: float = 0.0,
         subset: str | None = None,
         data_files: str | list | dict | None = None,
         train_split: str = "train",
@@ -79,6 +83,10 @@ class ImageClassificationData(DataModule):
         self.img_size = img_size
         self.augment = augment
         self.val_fraction = val_fraction
+        if not 0.0 <= test_fraction < 1.0:
+            raise ValueError(f"test_fraction={test_fraction!r} must be in [0, 1)")
+        self.test_fraction = test_fraction
+        self._test: datasets.Dataset | None = None
         self.subset = subset
         self.data_files = data_files
         self.train_split = train_split
@@ -100,6 +108,14 @@ class ImageClassificationData(DataModule):
             columns = {"image": self.image_column, "label": self.label_column}
             for split in (train, val):
                 check_columns(split, columns, f"dataset {self.dataset!r}")
+            if self.test_fraction > 0:
+                labels = isinstance(train.features[self.label_column], datasets.ClassLabel)
+                held_out = train.train_test_split(
+                    test_size=self.test_fraction,
+                    seed=self.seed,
+                    stratify_by_column=self.label_column if labels else None,
+                )
+                train, self._test = held_out["train"], held_out["test"]
             self._raw = (train, val)
         return self._raw
 
@@ -149,6 +165,8 @@ class ImageClassificationData(DataModule):
         train, val = self.raw()
         self.train_set = train.with_transform(self._transform(train_tf, mode))
         self.val_set = val.with_transform(self._transform(val_tf, mode))
+        if self._test is not None:
+            self.test_set = self._test.with_transform(self._transform(val_tf, mode))
 
     def _transform(self, transform: Any, mode: str):
         from PIL import Image

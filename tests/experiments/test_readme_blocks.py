@@ -1,0 +1,244 @@
+"""Every fenced code block of README.md and packages/*/README.md that is a command or a
+config runs here, or says on the line before its fence why it cannot
+(``<!-- illustrative: a SLURM cluster -->``).
+
+Cheaply: a ``kiln-train``/``kiln-bench`` command is composed and validated the way the entry
+point does it (each job of a sweep; also inside illustrative blocks); ``kiln-export``,
+``kiln-eval``, ``kiln-report`` and the W&B reader parse their arguments with their own
+parsers; ``make`` targets dry-run; Python blocks run in a fresh interpreter per README;
+YAML is composed (a config group option) or instantiated (a ``_target_``); TOML parses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import subprocess
+import sys
+import tomllib
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf, open_dict
+from readme_blocks import DOCS, ROOT, Block, commands, program, read_blocks
+from train_helpers import compose_train
+
+from kiln.experiments.config import config_dir
+
+BLOCKS = [block for doc in DOCS for block in read_blocks(doc)]
+SHELL = {"bash", "sh", "console"}
+PLUGIN_SRC = ROOT / "tests" / "plugin_example"
+# The README's placeholder package is the example plugin (a complete one).
+PLACEHOLDERS = {"my_pkg": "kiln_plugin_example"}
+ARGPARSE_COMMANDS = {
+    "kiln-export": "kiln.experiments.export.cli",
+    "kiln-eval": "kiln.experiments.eval.cli",
+    "kiln-report": "kiln.experiments.report.cli",
+    "kiln.experiments.tracking.wandb_files": "kiln.experiments.tracking.wandb_files",
+}
+# Commands that only look at what an earlier command wrote.
+READ_ONLY = {"ls"}
+
+
+def _jobs(args: list[str]) -> list[list[str]]:
+    """The override lists of each job a (multi)run of ``args`` starts (sweeps expanded)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides, skip = [], False
+    for arg in args:
+        if skip or arg in ("-m", "--multirun"):
+            skip = False
+            continue
+        skip = arg in ("--cfg", "-c", "--package", "-p")
+        if not skip and not arg.startswith("-"):
+            overrides.append(arg)
+    choices = []
+    for override in OverridesParser.create().parse_overrides(overrides):
+        if override.is_sweep_override():
+            key = override.get_key_element()
+            choices.append([f"{key}={v}" for v in override.sweep_string_iterator()])
+        else:
+            choices.append([override.input_line])
+    return [list(job) for job in itertools.product(*choices)]
+
+
+def _compose(name: str, overrides: list[str]) -> None:
+    """Compose and validate ``name`` (train or bench) as its entry point does."""
+    if name == "kiln-train":
+        from kiln.experiments.train.schema import validate
+
+        cfg = compose_train(overrides, hydra_config=True)
+    else:
+        from kiln.experiments.bench.schema import register_configs
+
+        register_configs()
+        with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+            cfg = compose("bench", overrides=overrides, return_hydra_config=True)
+        validate = OmegaConf.to_object
+    with open_dict(cfg):
+        del cfg["hydra"]
+    cfg.paths.output_dir = "/tmp/kiln-readme-compose"  # ${hydra:...} exists only in a job
+    validate(cfg)
+
+
+def _real_names(arg: str) -> str:
+    for placeholder, real in PLACEHOLDERS.items():
+        arg = arg.replace(placeholder, real)
+    return arg
+
+
+class _Parsed(Exception):
+    pass
+
+
+def _parse_only(module: str, args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run ``module.main(args)`` up to its argument parsing (a bad flag fails it)."""
+    import importlib
+
+    real = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, *a, **kw):
+        real(self, *a, **kw)
+        raise _Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    with pytest.raises(_Parsed):
+        importlib.import_module(module).main(args)
+
+
+def _run_command(argv: list[str], block: Block, monkeypatch: pytest.MonkeyPatch) -> None:
+    name, args = program(argv)
+    args = [_real_names(a) for a in args]
+    if name in ("kiln-train", "kiln-bench"):
+        for job in _jobs(args):
+            _compose(name, job)
+    elif name in ARGPARSE_COMMANDS:
+        _parse_only(ARGPARSE_COMMANDS[name], args, monkeypatch)
+    elif block.illustrative or name in READ_ONLY:
+        return
+    elif name == "make":
+        targets = [a for a in args if "=" not in a]
+        make_args = [a.split("=", 1)[1] for a in args if a.startswith("ARGS=")]
+        proc = subprocess.run(["make", "-n", *targets], cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        if make_args and targets == ["train"]:
+            _compose("kiln-train", make_args[0].split())
+    elif name == "pytest":
+        paths = [a for a in args if not a.startswith("-") and "/" in a]
+        assert paths and all((ROOT / p).exists() for p in paths), argv
+    else:
+        raise AssertionError(
+            f"{block.where}: `{' '.join(argv)}` cannot run in the tests; give the block "
+            "a test here or mark it `<!-- illustrative: why -->` on the line before its fence"
+        )
+
+
+def _words(text: str) -> set[str]:
+    return {word.strip(".,") for word in text.split()}
+
+
+def _ids(blocks: list[Block]) -> list[str]:
+    return [f"{b.doc.relative_to(ROOT)}:{b.line}" for b in blocks]
+
+
+@pytest.mark.parametrize(
+    "block",
+    [b for b in BLOCKS if b.lang in SHELL],
+    ids=_ids([b for b in BLOCKS if b.lang in SHELL]),
+)
+def test_shell_block_runs(block: Block, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.syspath_prepend(str(PLUGIN_SRC))
+    for argv in commands(block.text):
+        _run_command(argv, block, monkeypatch)
+
+
+def test_every_block_is_run_or_marked_illustrative():
+    runnable = SHELL | {"python", "yaml", "toml", "text"}
+    unmarked = [b.where for b in BLOCKS if b.lang not in runnable and not b.illustrative]
+    assert not unmarked, f"blocks no test runs and not marked illustrative: {unmarked}"
+
+
+def test_error_examples_fail_with_the_message_shown():
+    # ```text blocks list `$ kiln-train <args>  -> <the error it prints>`
+    examples = [(b, line) for b in BLOCKS if b.lang == "text" for line in b.text.splitlines()]
+    assert examples
+    for block, line in examples:
+        assert line.startswith("$ ") and " -> " in line, f"{block.where}: {line}"
+        command, message = line[2:].split(" -> ", 1)
+        name, args = program(command.split())
+        with pytest.raises(Exception) as err:  # any error: its message is checked
+            _compose(name, args)
+        expected = message.split(": ", 1)[-1] if message.startswith("ValueError") else message
+        chain, cause = [], err.value
+        while cause is not None:  # Hydra wraps OmegaConf's error
+            chain.append(str(cause))
+            cause = cause.__cause__ or cause.__context__
+        # the README writes Hydra's multi-line message on one line: compare the words
+        missing = _words(expected) - _words(" ".join(chain))
+        assert not missing, (block.where, missing, str(err.value))
+
+
+def test_toml_blocks_parse_and_name_kilns_entry_point_group():
+    for block in (b for b in BLOCKS if b.lang == "toml"):
+        parsed = tomllib.loads(block.text)
+        group = parsed.get("project", {}).get("entry-points", {}).get("kiln.plugins")
+        assert group, f"{block.where}: no kiln.plugins entry point"
+        plugin = tomllib.loads((PLUGIN_SRC / "pyproject.toml").read_text())
+        assert "kiln.plugins" in plugin["project"]["entry-points"]
+
+
+def test_config_group_yaml_blocks_compose(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    # a YAML whose first line names its file (`# my_pkg/configs/model/x.yaml`) is an option
+    # of that group; one with a top-level _target_ is run by the Python block test
+    blocks = [b for b in BLOCKS if b.lang == "yaml" and "_target_" not in b.text]
+    assert blocks
+    for block in blocks:
+        path = block.text.splitlines()[0].removeprefix("#").strip()
+        group, option = path.split("configs/", 1)[1].removesuffix(".yaml").split("/")
+        target = tmp_path / str(block.line) / group / f"{option}.yaml"
+        target.parent.mkdir(parents=True)
+        target.write_text(block.text)
+        _compose(
+            "kiln-train", [f"{group}={option}", f"hydra.searchpath=[file://{target.parents[1]}]"]
+        )
+
+
+# Runs each block in its own namespace; names the failing ones (README line and error).
+PYTHON_RUNNER = """
+import json, sys, traceback
+failed = []
+for block in json.load(sys.stdin):
+    try:
+        if block["lang"] == "yaml":
+            from hydra.utils import instantiate
+            from omegaconf import OmegaConf
+            instantiate(OmegaConf.create(block["text"]))
+        else:
+            exec(compile(block["text"], block["where"], "exec"), {"__name__": "__readme__"})
+    except Exception:
+        failed.append(block["where"] + "\\n" + traceback.format_exc(limit=-3))
+print("\\n".join(failed))
+sys.exit(1 if failed else 0)
+"""
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(ROOT)) for d in DOCS])
+def test_python_blocks_run(doc, tmp_path):
+    blocks = [
+        {"where": b.where, "lang": b.lang, "text": b.text}
+        for b in read_blocks(doc)
+        if not b.illustrative
+        and (b.lang == "python" or (b.lang == "yaml" and "_target_" in b.text))
+    ]
+    if not blocks:
+        pytest.skip(f"{doc.relative_to(ROOT)} has no Python block that runs")
+    proc = subprocess.run(
+        [sys.executable, "-c", PYTHON_RUNNER],
+        input=json.dumps(blocks),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]

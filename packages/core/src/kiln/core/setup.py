@@ -35,6 +35,10 @@ class Context:
     trainer: TrainerConfig
     module: L.LightningModule  # the module as given (hooks, count_items)
     model: Any  # the Fabric-wrapped (and maybe compiled) module that runs the steps
+    # model.training_step, resolved once: Fabric's wrapper looks it up through several
+    # __getattr__ calls (tens of microseconds), and the callable it returns is reusable
+    training_step: Any
+    to_device: Any  # fabric.to_device, or nothing to do on the CPU (a walk over the batch)
     optimizer: Any
     scheduler: Any
     scaler: Any  # the GradScaler of 16-mixed, else None
@@ -46,6 +50,7 @@ class Context:
     timer: StepTimer
     counts_tokens: bool  # the module's items are tokens: report tokens/s
     has_count_hook: bool  # the module defines count_items (else items = batch size)
+    count_flops: bool  # trainer.count_flops, unless the module says count_flops = False
     run_config: dict[str, Any] | None
     hooks: StepHooks  # fabric.call for the per-step hooks
     callback_states: CallbackStates = field(default_factory=lambda: CallbackStates([]))
@@ -97,6 +102,8 @@ def setup(
         trainer=trainer,
         module=module,
         model=model,
+        training_step=model.training_step,
+        to_device=_same if fabric.device.type == "cpu" else fabric.to_device,
         optimizer=fabric.setup_optimizers(optimizer),
         scheduler=scheduler,
         scaler=getattr(fabric.strategy.precision, "scaler", None),  # set with 16-mixed only
@@ -108,6 +115,7 @@ def setup(
         timer=StepTimer(fabric.device),
         counts_tokens=bool(getattr(module, "items_are_tokens", False)),
         has_count_hook=callable(getattr(module, "count_items", None)),
+        count_flops=trainer.count_flops and getattr(module, "count_flops", True) is not False,
         run_config=run_config,
         hooks=StepHooks(fabric, [module, *(callbacks or [])]),
         callback_states=CallbackStates(callbacks or []),
@@ -145,6 +153,10 @@ def build_fabric(
         loggers=list(loggers or []),
         callbacks=callbacks,
     )
+
+
+def _same(batch: Any) -> Any:
+    return batch
 
 
 def _total_steps(trainer: TrainerConfig, batches_per_epoch: int) -> int:

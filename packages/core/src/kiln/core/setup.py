@@ -14,6 +14,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.plugins import Precision
+from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from kiln.core.callbacks.base import CallbackStates, StepHooks
@@ -40,6 +41,9 @@ class Context:
     training_step: Any
     to_device: Any  # fabric.to_device, or nothing to do on the CPU (a walk over the batch)
     optimizer: Any
+    # what optimizer_step calls .step() on: the torch optimizer itself where Fabric's
+    # wrapper would only pass the call through its layers (see _stepped)
+    stepped: Any
     scheduler: Any
     scaler: Any  # the GradScaler of 16-mixed, else None
     train_loader: Any
@@ -104,7 +108,8 @@ def setup(
         model=model,
         training_step=model.training_step,
         to_device=_same if fabric.device.type == "cpu" else fabric.to_device,
-        optimizer=fabric.setup_optimizers(optimizer),
+        optimizer=(optimizer := fabric.setup_optimizers(optimizer)),
+        stepped=_stepped(fabric, optimizer, [module, *(callbacks or [])]),
         scheduler=scheduler,
         scaler=getattr(fabric.strategy.precision, "scaler", None),  # set with 16-mixed only
         train_loader=train_loader,
@@ -157,6 +162,19 @@ def build_fabric(
 
 def _same(batch: Any) -> Any:
     return batch
+
+
+def _stepped(fabric: L.Fabric, optimizer: Any, listeners: list[Any]) -> Any:
+    """Fabric's optimizer wrapper, or the torch optimizer in it where the wrapper would only
+    pass ``step()`` through (one device or DDP, a precision plugin without optimizer logic, no
+    ``on_after_optimizer_step`` listener): its layers of calls cost on every step."""
+    strategy = fabric.strategy
+    passes_through = (
+        type(strategy) in (SingleDeviceStrategy, DDPStrategy)
+        and type(strategy.precision) is Precision
+        and not any(callable(getattr(x, "on_after_optimizer_step", None)) for x in listeners)
+    )
+    return optimizer.optimizer if passes_through else optimizer
 
 
 def _total_steps(trainer: TrainerConfig, batches_per_epoch: int) -> int:

@@ -154,15 +154,15 @@ def optimizer_step(
         check_window_total(total, step)  # host integer: free to check before the update
     ctx.hooks("on_before_optimizer_step", optimizer)  # as in Lightning: before clipping
     grad_norm = _clip(ctx, step, total)
-    lr = float(optimizer.param_groups[0]["lr"])  # a tensor lr (compiled optimizers) is read here
+    lr = float(ctx.stepped.param_groups[0]["lr"])  # a tensor lr (compiled optimizers) is read here
     scale_before = scaler.get_scale() if scaler is not None else None
-    optimizer.step()
+    ctx.stepped.step()
     # note: get_scale() is a host sync, paid only with 16-mixed's GradScaler. A lower scale
     # means it found inf/NaN gradients and skipped the update: the schedule must not advance.
     skipped = scaler is not None and scaler.get_scale() < scale_before
     if ctx.scheduler is not None and not skipped:
         ctx.scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
+    ctx.stepped.zero_grad(set_to_none=True)  # Fabric's wrapper would forward each attribute
     return grad_norm, skipped, lr
 
 

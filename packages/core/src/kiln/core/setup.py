@@ -39,7 +39,6 @@ class Context:
     # model.training_step, resolved once: Fabric's wrapper looks it up through several
     # __getattr__ calls (tens of microseconds), and the callable it returns is reusable
     training_step: Any
-    to_device: Any  # fabric.to_device, or nothing to do on the CPU (a walk over the batch)
     optimizer: Any
     # what optimizer_step calls .step() on: the torch optimizer itself where Fabric's
     # wrapper would only pass the call through its layers (see _stepped)
@@ -107,7 +106,6 @@ def setup(
         module=module,
         model=model,
         training_step=model.training_step,
-        to_device=_same if fabric.device.type == "cpu" else fabric.to_device,
         optimizer=(optimizer := fabric.setup_optimizers(optimizer)),
         stepped=_stepped(fabric, optimizer, [module, *(callbacks or [])]),
         scheduler=scheduler,
@@ -158,10 +156,6 @@ def build_fabric(
         loggers=list(loggers or []),
         callbacks=callbacks,
     )
-
-
-def _same(batch: Any) -> Any:
-    return batch
 
 
 def _stepped(fabric: L.Fabric, optimizer: Any, listeners: list[Any]) -> Any:

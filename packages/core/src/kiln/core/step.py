@@ -79,7 +79,8 @@ def train_window(
     fabric, model = ctx.fabric, ctx.model
     counts, samples = _host_counts(ctx, window)
     total = _window_total(fabric, counts)
-    step_fn, precision, to_device = ctx.training_step, fabric.strategy.precision, ctx.to_device
+    # even on the CPU: a batch type's own .to() may do more than move tensors
+    step_fn, precision, to_device = ctx.training_step, fabric.strategy.precision, fabric.to_device
     last, losses, items = len(window) - 1, [], []
     upcoming = to_device(window[0])
     for j in range(len(window)):

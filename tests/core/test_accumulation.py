@@ -97,3 +97,29 @@ def test_gradient_clipping_acts_on_the_whole_window() -> None:
     assert result.history[0]["train/grad_norm"] > 0.05
     assert_exact(got, want)
     assert not torch.allclose(want["head.weight"], unclipped["head.weight"])
+
+
+def test_window_loss_sums_read_together_equal_each_window_summed_in_order() -> None:
+    # The step keeps each micro-batch's loss and count; the sync point weighs and sums them
+    # for all pending steps at once. A short window among whole ones (the end of an epoch),
+    # device counts and mixed loss dtypes must give what summing each window alone gives.
+    from kiln.core.step import StepOutput, window_loss_sums
+
+    g = torch.Generator().manual_seed(0)
+    lengths, outputs, want = [4, 4, 1, 3, 4], [], []
+    for step, length in enumerate(lengths, start=1):
+        losses = [torch.rand((), generator=g, dtype=torch.float32) for _ in range(length)]
+        counts = [int(n) for n in torch.randint(1, 1000, (length,), generator=g)]
+        if step == 3:
+            counts = [torch.tensor(n) for n in counts]  # counts from training_step tensors
+        if step == 4:
+            losses = [loss.double() for loss in losses]
+        total = losses[0].double() * counts[0]
+        for loss, n in zip(losses[1:], counts[1:], strict=True):
+            total = total + loss.double() * n
+        outputs.append(StepOutput(step, losses, counts, sum(counts), None))
+        want.append(total.item())
+    got = window_loss_sums(outputs, torch.device("cpu"))
+    assert got.dtype == torch.float64
+    assert got.tolist() == want  # bit for bit: the same roundings in the same order
+    assert window_loss_sums(outputs[:2], torch.device("cpu")).tolist() == want[:2]

@@ -88,3 +88,62 @@ def test_peak_flops_come_from_the_table_by_device_name_and_precision(monkeypatch
 def test_mfu_divides_achieved_flops_by_the_peak_of_every_rank():
     out = flops_module.flops_telemetry(100, 2, 4, 0.5, peak=1000.0)
     assert out == {"flops_per_step": 800, "achieved_flops_per_s": 1600.0, "mfu": 0.4}
+
+
+class ReadsValues(TwoLinear):
+    """A step that reads a tensor's value, which meta tensors do not have."""
+
+    def training_step(self, batch, batch_idx):
+        out = super().training_step(batch, batch_idx)
+        self.last_loss = out["loss"].item()
+        return out
+
+
+class AssertsValues(TwoLinear):
+    def training_step(self, batch, batch_idx):
+        x, _ = batch
+        assert x.device.type == "cpu", "a\nmulti-line\nmessage"  # true for real batches
+        return super().training_step(batch, batch_idx)
+
+
+def flops_records(caplog) -> list:
+    return [r for r in caplog.records if r.name == "kiln.core.flops"]
+
+
+def test_a_step_that_reads_values_costs_one_info_line_and_no_warning(caplog, recwarn):
+    caplog.set_level("INFO", logger="kiln.core.flops")
+    module = ReadsValues()
+    telemetry = fit(module, TrainerConfig(max_steps=3, accelerator="cpu", progress=False))
+    assert telemetry.telemetry["flops_per_step"] is None
+    assert module.last_loss > 0  # the real steps ran
+    (record,) = flops_records(caplog)  # once per run, not once per step
+    assert record.levelname == "INFO" and "\n" not in record.getMessage()
+    assert "ReadsValues" in record.getMessage() and "count_flops = False" in record.getMessage()
+    assert not [w for w in recwarn if "FLOP" in str(w.message)]
+
+
+def test_count_flops_false_on_the_module_skips_counting_silently(caplog):
+    caplog.set_level("INFO", logger="kiln.core.flops")
+    module = ReadsValues()
+    module.count_flops = False
+    result = fit(module, TrainerConfig(max_steps=1, accelerator="cpu", progress=False))
+    assert result.telemetry["flops_per_step"] is None
+    assert not flops_records(caplog)
+
+
+def test_any_failure_on_meta_is_one_line_and_an_unexpected_one_a_warning(caplog):
+    caplog.set_level("INFO", logger="kiln.core.flops")
+    module = AssertsValues()
+    batch = next(iter(module.train_dataloader()))
+    assert flops_module.count_micro_batch_flops(module, batch) is None
+    (record,) = flops_records(caplog)
+    assert "\n" not in record.getMessage() and "AssertionError: a" in record.getMessage()
+
+    class Unexpected(TwoLinear):
+        def training_step(self, batch, batch_idx):
+            raise ValueError("not about\nthe device")
+
+    caplog.clear()
+    assert flops_module.count_micro_batch_flops(Unexpected(), batch) is None
+    (record,) = flops_records(caplog)
+    assert record.levelname == "WARNING" and "\n" not in record.getMessage()

@@ -167,3 +167,25 @@ def test_step_timer_times_steps_and_records_them_at_the_sync_point():
     assert all(s >= 0 for s in timer._seconds)
     with pytest.raises(RuntimeError, match=r"without a StepTimer.start"):
         timer.stop(samples=1)
+
+
+def test_measured_step_times_are_the_summarized_ones_thinned_past_the_limit():
+    timer = StepTimer()
+    for i in range(25):
+        timer.record(float(i), samples=1)
+    assert timer.measured_times(5) == [float(i) for i in range(5, 25)]
+    assert len(timer.measured_times(5)) == timer.summary(5)["measured_steps"]
+    assert timer.measured_times(5, limit=8) == [float(i) for i in range(5, 25, 3)]
+    assert timer.measured_times(30) == [float(i) for i in range(25)]  # as summary: all
+
+
+def test_a_runs_telemetry_holds_its_measured_step_times():
+    from toy import ToyTokenModule
+
+    from kiln.core import TrainerConfig, fit
+
+    trainer = TrainerConfig(max_steps=8, warmup_steps=3, accelerator="cpu", progress=False)
+    telemetry = fit(ToyTokenModule(n=32, batch_size=2), trainer).telemetry
+    times = telemetry["step_times_s"]
+    assert len(times) == telemetry["measured_steps"] == 5
+    assert telemetry["step_time_median_s"] == pytest.approx(sorted(times)[2])

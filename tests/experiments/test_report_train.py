@@ -3,6 +3,7 @@
 import csv
 import json
 
+import numpy as np
 import pytest
 
 from kiln.experiments.report.cli import build_report
@@ -158,6 +159,41 @@ def test_a_speedup_whose_step_time_bands_overlap_is_noise():
     row = compiled_row(pair(50, 0.020, 0.018, 0.008))
     assert row["speedup_ci_low"] < 1.0 < row["speedup_ci_high"]
     assert row["speedup_noise"] == "interval spans 1.0"
+
+
+def with_times(record, times_s):
+    """``record`` as kiln-train writes it now: with its measured steps' own times."""
+    record = json.loads(json.dumps(record))
+    times_s = [float(t) for t in times_s]
+    ordered = sorted(times_s)
+    record["telemetry"].update(
+        step_times_s=times_s,
+        measured_steps=len(times_s),
+        step_time_median_s=float(np.median(times_s)),
+        step_time_iqr_s=float(np.percentile(ordered, 75) - np.percentile(ordered, 25)),
+    )
+    return record
+
+
+def test_the_interval_is_bootstrapped_from_the_step_times_when_the_summary_has_them():
+    # 200 steps each, uniform over 10 ms: medians 20 ms and 18.5 ms. Their interquartile
+    # bands overlap (the IQR rule would call it noise), but the medians are well measured.
+    rng = np.random.default_rng(0)
+    eager_s, compiled_s = rng.uniform(0.015, 0.025, 200), rng.uniform(0.0135, 0.0235, 200)
+    eager, compiled = pair(200, 0.020, 0.0185, 0.005)
+    bands = compiled_row([eager, compiled])
+    assert bands["speedup_noise"] == "interval spans 1.0"  # no step times: IQR bands
+    row = compiled_row([with_times(eager, eager_s), with_times(compiled, compiled_s)])
+    assert row["speedup_noise"] is None
+    assert 1.0 < row["speedup_ci_low"] < row["speedup_vs_eager"] < row["speedup_ci_high"]
+    want = np.median(eager_s) / np.median(compiled_s)
+    assert row["speedup_vs_eager"] == pytest.approx(want)
+    # the same step times, compared with themselves: the interval spans 1.0
+    same = compiled_row([with_times(eager, eager_s), with_times(compiled, eager_s[::-1])])
+    assert same["speedup_noise"] == "interval spans 1.0"
+    # and few of them are noise, whatever their interval
+    few = compiled_row([with_times(eager, eager_s[:12]), with_times(compiled, compiled_s[:12])])
+    assert few["speedup_noise"] == "12 steps"
 
 
 def test_scaling_efficiency_from_few_steps_is_noise():

@@ -9,7 +9,6 @@ can reach a checkpoint.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +19,8 @@ from kiln.core.errors import NonFiniteLossError, check_finite_weights, check_win
 from kiln.core.progress import Progress
 from kiln.core.setup import Context
 from kiln.core.state import RunState
-from kiln.core.step import StepOutput, as_count_tensor
+from kiln.core.step import StepOutput, as_count_tensor, window_loss_sums
 from kiln.core.validation import validate
-
-
-@dataclass
-class _PendingLoss:
-    """A step's loss still on the device; the host reads it at the next sync point."""
-
-    step: int
-    loss_sum: torch.Tensor
-    total: int | torch.Tensor
 
 
 class Cadence:
@@ -43,7 +33,7 @@ class Cadence:
 
     def __init__(self, ctx: Context, run: RunState) -> None:
         self.ctx, self.run = ctx, run
-        self._pending: list[_PendingLoss] = []
+        self._pending: list[StepOutput] = []  # steps whose losses the host has not read
         self.progress = Progress(
             ctx.total_steps,
             enabled=ctx.trainer.progress and ctx.fabric.is_global_zero,
@@ -57,7 +47,7 @@ class Cadence:
         logged and validated only where its cadence says (a resumed run logs the rest).
         """
         trainer, run = self.ctx.trainer, self.run
-        self._pending.append(_PendingLoss(out.step, out.loss_sum, out.total))
+        self._pending.append(out)
         # a stop requested by a callback makes this the last step
         done = run.global_step >= self.ctx.total_steps or run.stop_reason is not None
         logged = done or _every(run.global_step, trainer.log_every_n_steps)
@@ -142,10 +132,14 @@ class Cadence:
             return []
         fabric = self.ctx.fabric
         pending, self._pending = self._pending, []
-        sums = torch.stack([p.loss_sum for p in pending])
+        sums = window_loss_sums(pending, fabric.device)
         if fabric.world_size > 1:
             sums = fabric.all_reduce(sums, reduce_op="sum")
-        totals = torch.stack([as_count_tensor(p.total, sums.device) for p in pending])
+        totals = [p.total for p in pending]
+        if all(isinstance(t, int) for t in totals):  # host integers: one small copy
+            totals = torch.tensor(totals, dtype=sums.dtype, device=sums.device)
+        else:
+            totals = torch.stack([as_count_tensor(t, sums.device) for t in totals])
         losses = (sums / totals).tolist()
         for p, total in zip(pending, totals.tolist(), strict=True):
             check_window_total(int(total), p.step)  # before the NaN that 0/0 makes is reported

@@ -126,7 +126,8 @@ class TrainerConfig:
     """Show a progress bar on rank 0 (plain log lines when output is not a terminal)."""
     count_flops: bool = True
     """Count a micro-batch's FLOPs once (``training_step`` + backward on meta tensors) and
-    report ``flops_per_step``, ``achieved_flops_per_s`` and ``mfu`` in the telemetry."""
+    report ``flops_per_step``, ``achieved_flops_per_s`` and ``mfu`` in the telemetry. A
+    module can opt out itself with a ``count_flops = False`` attribute."""
 
     def __post_init__(self) -> None:
         _check_positive("trainer.max_steps", self.max_steps)

@@ -12,6 +12,10 @@ The LightningModule defines the hooks and the Fabric loop calls them (the seed s
   window, that it agrees with what ``training_step`` reports.
 - ``items_are_tokens = True`` (optional class attribute): the items are tokens, so the
   loop reports tokens/s from them (samples/s is always reported).
+- ``count_flops = False`` (optional attribute): skip the one FLOP count on meta tensors
+  (for a ``training_step`` that reads tensor values, e.g. ``.item()``, which meta tensors
+  lack); the run then reports no ``flops_per_step``/MFU. Without it such a step costs one
+  INFO log line per run saying why the FLOPs were not counted.
 - ``validation_step(batch, batch_idx) -> dict[str, Tensor]``: per-sample values, each
   tensor with the batch as its first dimension (predictions and labels, or per-sample
   loss sums and token counts). The loop concatenates them over the validation set,

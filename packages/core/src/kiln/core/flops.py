@@ -10,13 +10,15 @@ from the table below; kiln knows no peak for CPUs or unlisted GPUs, and reports 
 
 from __future__ import annotations
 
-import warnings
+import logging
 from typing import Any
 
 import torch
 from lightning.fabric.utilities.apply_func import apply_to_collection
 from torch.nn.utils.stateless import _reparametrize_module
 from torch.utils.flop_counter import FlopCounterMode
+
+log = logging.getLogger(__name__)
 
 
 def _peaks(fp32: float, tf32: float, half: float, fp64: float | None = None) -> dict[str, float]:
@@ -40,6 +42,7 @@ PEAK_FLOPS: dict[str, dict[str, float]] = {
     "v100": {"fp64": 7.8e12, "fp32": 15.7e12, "tf32": 15.7e12, "fp16": 125e12},
 }
 
+_MAX_REASON_CHARS = 160
 _COMPUTE_DTYPE = {"64": "fp64", "32": "fp32", "bf16": "bf16", "16": "fp16"}
 
 
@@ -69,8 +72,11 @@ def peak_flops_per_s(device: torch.device, precision: str) -> float | None:
 def count_micro_batch_flops(module: torch.nn.Module, batch: Any) -> int | None:
     """FLOPs of one ``training_step`` forward and its backward on ``batch``, counted on meta.
 
-    Returns ``None`` (with a warning naming why) when the step cannot run on meta tensors,
-    e.g. because it reads a tensor's value (``.item()``, data-dependent control flow).
+    Returns ``None`` when the step cannot run on meta tensors, e.g. because it reads a
+    tensor's value (``.item()``, data-dependent control flow, an ``assert`` on values); one
+    log line says why and how to skip counting (module attribute ``count_flops = False``
+    or ``trainer.count_flops=False``). A meta-device limitation is logged at INFO (the run
+    is fine; only the figure is missing), any other failure at WARNING.
     """
     params = {
         name: torch.empty_like(p, device="meta").requires_grad_(p.requires_grad)
@@ -92,13 +98,23 @@ def count_micro_batch_flops(module: torch.nn.Module, batch: Any) -> int | None:
             if loss.requires_grad:
                 loss.backward()
     except Exception as error:  # any failure only costs the figure, never the run
-        warnings.warn(
-            f"could not count FLOPs on the meta device ({type(error).__name__}: {error}); "
-            "flops_per_step and mfu are not reported",
-            stacklevel=2,
-        )
+        _log_not_counted(module, error)
         return None
     return int(counter.get_total_flops())
+
+
+def _log_not_counted(module: torch.nn.Module, error: Exception) -> None:
+    """One line: why the FLOPs were not counted and how to skip counting."""
+    text = str(error).strip().splitlines()
+    reason = type(error).__name__ + (f": {text[0][:_MAX_REASON_CHARS]}" if text else "")
+    on_meta = "meta" in str(error).lower() or isinstance(error, NotImplementedError)
+    log.log(
+        logging.INFO if on_meta else logging.WARNING,
+        "FLOPs not counted: %s.training_step cannot run on meta tensors (%s); flops_per_step "
+        "and mfu are not reported (count_flops = False on the module skips counting)",
+        type(module).__name__,
+        reason,
+    )
 
 
 def flops_telemetry(

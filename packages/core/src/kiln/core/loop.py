@@ -148,6 +148,8 @@ def finish(ctx: Context, run: RunState) -> FitResult:
     telemetry = {
         **ctx.watch.snapshot(),
         **timing,
+        # the measured steps' own times: what a report bootstraps a speedup's interval from
+        "step_times_s": ctx.timer.measured_times(trainer.warmup_steps),
         **flops_telemetry(
             run.micro_batch_flops,
             trainer.accumulate_grad_batches,

@@ -14,6 +14,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.plugins import Precision
+from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from kiln.core.callbacks.base import CallbackStates, StepHooks
@@ -35,7 +36,13 @@ class Context:
     trainer: TrainerConfig
     module: L.LightningModule  # the module as given (hooks, count_items)
     model: Any  # the Fabric-wrapped (and maybe compiled) module that runs the steps
+    # model.training_step, resolved once: Fabric's wrapper looks it up through several
+    # __getattr__ calls (tens of microseconds), and the callable it returns is reusable
+    training_step: Any
     optimizer: Any
+    # what optimizer_step calls .step() on: the torch optimizer itself where Fabric's
+    # wrapper would only pass the call through its layers (see _stepped)
+    stepped: Any
     scheduler: Any
     scaler: Any  # the GradScaler of 16-mixed, else None
     train_loader: Any
@@ -46,6 +53,7 @@ class Context:
     timer: StepTimer
     counts_tokens: bool  # the module's items are tokens: report tokens/s
     has_count_hook: bool  # the module defines count_items (else items = batch size)
+    count_flops: bool  # trainer.count_flops, unless the module says count_flops = False
     run_config: dict[str, Any] | None
     hooks: StepHooks  # fabric.call for the per-step hooks
     callback_states: CallbackStates = field(default_factory=lambda: CallbackStates([]))
@@ -97,7 +105,9 @@ def setup(
         trainer=trainer,
         module=module,
         model=model,
-        optimizer=fabric.setup_optimizers(optimizer),
+        training_step=model.training_step,
+        optimizer=(optimizer := fabric.setup_optimizers(optimizer)),
+        stepped=_stepped(fabric, optimizer, [module, *(callbacks or [])]),
         scheduler=scheduler,
         scaler=getattr(fabric.strategy.precision, "scaler", None),  # set with 16-mixed only
         train_loader=train_loader,
@@ -108,6 +118,7 @@ def setup(
         timer=StepTimer(fabric.device),
         counts_tokens=bool(getattr(module, "items_are_tokens", False)),
         has_count_hook=callable(getattr(module, "count_items", None)),
+        count_flops=trainer.count_flops and getattr(module, "count_flops", True) is not False,
         run_config=run_config,
         hooks=StepHooks(fabric, [module, *(callbacks or [])]),
         callback_states=CallbackStates(callbacks or []),
@@ -145,6 +156,19 @@ def build_fabric(
         loggers=list(loggers or []),
         callbacks=callbacks,
     )
+
+
+def _stepped(fabric: L.Fabric, optimizer: Any, listeners: list[Any]) -> Any:
+    """Fabric's optimizer wrapper, or the torch optimizer in it where the wrapper would only
+    pass ``step()`` through (one device or DDP, a precision plugin without optimizer logic, no
+    ``on_after_optimizer_step`` listener): its layers of calls cost on every step."""
+    strategy = fabric.strategy
+    passes_through = (
+        type(strategy) in (SingleDeviceStrategy, DDPStrategy)
+        and type(strategy.precision) is Precision
+        and not any(callable(getattr(x, "on_after_optimizer_step", None)) for x in listeners)
+    )
+    return optimizer.optimizer if passes_through else optimizer
 
 
 def _total_steps(trainer: TrainerConfig, batches_per_epoch: int) -> int:

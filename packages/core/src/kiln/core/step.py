@@ -22,13 +22,18 @@ from kiln.core.precision import call_under_precision
 from kiln.core.setup import Context
 from kiln.core.state import RunState
 
+_AT_LEAST_FP32 = (torch.float32, torch.float64)
+
 
 @dataclass
 class StepOutput:
     """A finished optimizer step whose loss still lives on the device."""
 
     step: int
-    loss_sum: torch.Tensor  # this rank's sum of per-item losses over the window
+    # this rank's detached mean loss and item count per micro-batch: weighted and summed
+    # in float64 at the next sync point (window_loss_sums), not in tensor ops every step
+    losses: list[torch.Tensor]
+    counts: list[int | torch.Tensor]
     total: int | torch.Tensor  # items in the window over all ranks
     grad_norm: torch.Tensor | None  # with clipping only
 
@@ -36,10 +41,10 @@ class StepOutput:
 def train_step(ctx: Context, run: RunState, window: list[Any]) -> StepOutput:
     """Train on ``window`` (host micro-batches) and take one optimizer step; advance ``run``."""
     check, run.counts_checked = not run.counts_checked, True  # once: count_items vs num_items
-    if check and ctx.trainer.count_flops:  # once, outside the timed step
+    if check and ctx.count_flops:  # once, outside the timed step
         run.micro_batch_flops = count_micro_batch_flops(ctx.module, window[0])
     ctx.timer.start()
-    loss_sum, total, samples, last = train_window(ctx, window, run.batch_in_epoch, check)
+    losses, counts, total, samples, last = train_window(ctx, window, run.batch_in_epoch, check)
     step = run.global_step + 1
     grad_norm, skipped, run.lr = optimizer_step(ctx, step, total)
     run.skipped_steps += skipped
@@ -51,12 +56,12 @@ def train_step(ctx: Context, run: RunState, window: list[Any]) -> StepOutput:
         run.epoch += 1
         run.batch_in_epoch = 0
     ctx.timer.stop(samples * ctx.fabric.world_size, total if ctx.counts_tokens else None)
-    return StepOutput(step, loss_sum, total, grad_norm)
+    return StepOutput(step, losses, counts, total, grad_norm)
 
 
 def train_window(
     ctx: Context, window: list[Any], first_batch_idx: int, check: bool
-) -> tuple[torch.Tensor, int | torch.Tensor, int, tuple[Any, Any, int]]:
+) -> tuple[list[torch.Tensor], list[Any], int | torch.Tensor, int, tuple[Any, Any, int]]:
     """Forward and backward every micro-batch of a window.
 
     Each micro-batch's mean loss is weighted by its share of the window's items over all
@@ -66,19 +71,20 @@ def train_window(
     device memory holds at most two micro-batches whatever ``accumulate_grad_batches`` is.
 
     Returns:
-        This rank's loss sum over the window, the window's items over all ranks, this
-        rank's samples in the window, and the ``on_train_batch_end`` arguments of the last
-        micro-batch (``outputs, host batch, batch_idx``): that hook runs after the step.
+        This rank's detached mean loss and ``num_items`` of each micro-batch, the window's
+        items over all ranks, this rank's samples in the window, and the
+        ``on_train_batch_end`` arguments of the last micro-batch (``outputs, host batch,
+        batch_idx``): that hook runs after the step.
     """
     fabric, model = ctx.fabric, ctx.model
     counts, samples = _host_counts(ctx, window)
     total = _window_total(fabric, counts)
-    # looked up once per window: Fabric's wrapper resolves the hook through __getattr__
-    step_fn, precision = model.training_step, fabric.strategy.precision
-    last, loss_sum = len(window) - 1, None
-    upcoming = fabric.to_device(window[0])
+    # even on the CPU: a batch type's own .to() may do more than move tensors
+    step_fn, precision, to_device = ctx.training_step, fabric.strategy.precision, fabric.to_device
+    last, losses, items = len(window) - 1, [], []
+    upcoming = to_device(window[0])
     for j in range(len(window)):
-        batch, upcoming = upcoming, fabric.to_device(window[j + 1]) if j < last else None
+        batch, upcoming = upcoming, to_device(window[j + 1]) if j < last else None
         # Gradients are all-reduced once per window, on its last micro-batch.
         no_sync = fabric.no_backward_sync(model, enabled=True) if j < last else nullcontext()
         with no_sync:
@@ -92,12 +98,11 @@ def train_window(
             ctx.hooks("on_before_backward", weighted)
             fabric.backward(weighted)
             ctx.hooks("on_after_backward")
-        weighted_sum = loss.detach().to(count_dtype(fabric.device)) * n
-        loss_sum = weighted_sum if loss_sum is None else loss_sum + weighted_sum
+        losses.append(loss.detach())
+        items.append(n)
         if j < last:  # the hook gets the host batch: the device copy is already freed
             ctx.hooks("on_train_batch_end", out, window[j], first_batch_idx + j)
-    assert loss_sum is not None  # windows are never empty
-    return loss_sum, total, samples, (out, window[last], first_batch_idx + last)
+    return losses, items, total, samples, (out, window[last], first_batch_idx + last)
 
 
 def _host_counts(ctx: Context, window: list[Any]) -> tuple[list[int | torch.Tensor], int]:
@@ -127,7 +132,8 @@ def _window_total(fabric: L.Fabric, counts: list[int | torch.Tensor]) -> int | t
 
 def _weighted(loss: torch.Tensor, n: Any, world: int, total: Any) -> torch.Tensor:
     """``loss * n * world / total``, kept at least fp32 (also for a bf16/fp16 loss)."""
-    loss = loss.to(torch.promote_types(loss.dtype, torch.float32))
+    if loss.dtype not in _AT_LEAST_FP32:  # checked first: a no-op .to() still costs a call
+        loss = loss.to(torch.promote_types(loss.dtype, torch.float32))
     if isinstance(n, int) and isinstance(total, int):
         weight = n * world / total  # exact host arithmetic; 1.0 needs no multiply at all
         return loss if weight == 1.0 else loss * weight
@@ -149,15 +155,15 @@ def optimizer_step(
         check_window_total(total, step)  # host integer: free to check before the update
     ctx.hooks("on_before_optimizer_step", optimizer)  # as in Lightning: before clipping
     grad_norm = _clip(ctx, step, total)
-    lr = float(optimizer.param_groups[0]["lr"])  # a tensor lr (compiled optimizers) is read here
+    lr = float(ctx.stepped.param_groups[0]["lr"])  # a tensor lr (compiled optimizers) is read here
     scale_before = scaler.get_scale() if scaler is not None else None
-    optimizer.step()
+    ctx.stepped.step()
     # note: get_scale() is a host sync, paid only with 16-mixed's GradScaler. A lower scale
     # means it found inf/NaN gradients and skipped the update: the schedule must not advance.
     skipped = scaler is not None and scaler.get_scale() < scale_before
     if ctx.scheduler is not None and not skipped:
         ctx.scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
+    ctx.stepped.zero_grad(set_to_none=True)  # Fabric's wrapper would forward each attribute
     return grad_norm, skipped, lr
 
 
@@ -218,3 +224,32 @@ def count_dtype(device: torch.device) -> torch.dtype:
 def as_count_tensor(value: Any, device: torch.device) -> torch.Tensor:
     """``value`` (an item count or a sum of losses) as an exact tensor on ``device``."""
     return torch.as_tensor(value, device=device).to(count_dtype(device))
+
+
+def window_loss_sums(outputs: list[StepOutput], device: torch.device) -> torch.Tensor:
+    """This rank's sum of per-item losses over each step's window, exact in float64.
+
+    Every micro-batch's mean loss times its item count, summed per window in micro-batch
+    order (the same roundings whatever steps are read together): a few tensor ops for all
+    the steps since the last sync point instead of several every micro-batch.
+    """
+    dtype = count_dtype(device)
+    losses = torch.stack([loss for out in outputs for loss in out.losses]).to(dtype)
+    counts = [n for out in outputs for n in out.counts]
+    if all(isinstance(n, int) for n in counts):
+        items = torch.tensor(counts, dtype=dtype, device=losses.device)
+    else:
+        items = torch.stack([as_count_tensor(n, losses.device) for n in counts])
+    weighted = losses * items
+    lengths = [len(out.losses) for out in outputs]
+    width = max(lengths)
+    if min(lengths) == width:
+        table = weighted.view(len(outputs), width)
+    else:  # a short last window of an epoch: pad with zeros, which add exactly nothing
+        mask = torch.tensor([[c < n for c in range(width)] for n in lengths])
+        table = weighted.new_zeros(len(outputs), width)
+        table[mask.to(table.device)] = weighted
+    sums = table[:, 0]
+    for c in range(1, width):
+        sums = sums + table[:, c]
+    return sums

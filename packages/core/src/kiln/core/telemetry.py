@@ -27,6 +27,9 @@ from kiln.core.compile import cache_figures
 
 # -- step time ----------------------------------------------------------------------------
 
+MAX_STEP_TIMES = 1000
+"""At most this many step times go into a run's telemetry (``step_times_s``)."""
+
 
 class StepTimer:
     """Wall time, samples and tokens of every optimizer step.
@@ -165,6 +168,20 @@ class StepTimer:
                 float(tokens[counted].sum()) / token_time if token_time > 0 else None
             )
         return result
+
+    def measured_times(self, warmup_steps: int, limit: int = MAX_STEP_TIMES) -> list[float]:
+        """The step times :meth:`summary` measures (after warm-up), for a bootstrap interval.
+
+        Args:
+            warmup_steps: As in :meth:`summary`.
+            limit: At most this many: a longer run's times are thinned evenly (every k-th
+                step), which keeps their spread and bounds the size of a run's summary.
+        """
+        self.sync()
+        first = warmup_steps if len(self._seconds) > warmup_steps else 0
+        times = self._seconds[first:]
+        stride = math.ceil(len(times) / limit) if len(times) > limit else 1
+        return times[::stride]
 
 
 # -- memory -------------------------------------------------------------------------------

@@ -48,6 +48,23 @@ def bootstrap_speedup_interval(
     return float(low), float(high)
 
 
+def bootstrap_ratio_interval(
+    num_s: Sequence[float], den_s: Sequence[float], seed: int = 0
+) -> tuple[float, float]:
+    """A percentile-bootstrap 95% interval of ``median(num_s) / median(den_s)`` for two
+    independent samples (two runs' step times: nothing pairs them), each resampled alone.
+
+    Seeded: the same timings always give the same interval.
+    """
+    num, den = np.asarray(num_s, dtype=float), np.asarray(den_s, dtype=float)
+    rng = np.random.default_rng(seed)
+    num_medians = np.median(num[rng.integers(0, len(num), (BOOTSTRAP_RESAMPLES, len(num)))], 1)
+    den_medians = np.median(den[rng.integers(0, len(den), (BOOTSTRAP_RESAMPLES, len(den)))], 1)
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(num_medians / den_medians, [tail, 100 - tail])
+    return float(low), float(high)
+
+
 def band_ratio_interval(
     num_median: float, num_iqr: float, den_median: float, den_iqr: float
 ) -> tuple[float, float]:

@@ -9,18 +9,22 @@ Besides each run's final metrics and telemetry it derives
   the global throughput of a run, over all its devices.
 
 Both are ratios of two noisy measurements, so each carries an interval (``*_ci_low``,
-``*_ci_high``) and a ``*_noise`` reason: the summaries hold step-time medians and IQRs, not
-per-step times, so the interval is the conservative ratio of the two runs' interquartile
-bands (:func:`~kiln.experiments.bench.stats.band_ratio_interval`). A figure is noise when
-either run measured fewer than :data:`MIN_MEASURED_STEPS` steps or the interval spans 1.0;
-printed tables then show it as ``1.03 (noise: 12 steps)``, never bare.
+``*_ci_high``) and a ``*_noise`` reason. The interval is a bootstrap 95% interval of the
+step-time ratio from the two runs' measured step times (telemetry ``step_times_s``,
+:func:`~kiln.experiments.bench.stats.bootstrap_ratio_interval`); summaries written before
+kiln kept those hold only medians and IQRs, and get the conservative ratio of the two runs'
+interquartile bands (:func:`~kiln.experiments.bench.stats.band_ratio_interval`). A figure is
+noise when either run measured fewer than :data:`MIN_MEASURED_STEPS` steps or the interval
+spans 1.0; printed tables then show it as ``1.03 (noise: 12 steps)``, never bare.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kiln.experiments.bench.stats import band_ratio_interval
+import numpy as np
+
+from kiln.experiments.bench.stats import band_ratio_interval, bootstrap_ratio_interval
 from kiln.experiments.console import fmt
 from kiln.experiments.job import identity_overrides
 from kiln.experiments.mfu import mfu_fields, mfu_text
@@ -29,8 +33,8 @@ MIN_MEASURED_STEPS = 20
 """Fewer measured (post-warm-up) steps than this in either run make a ratio noise."""
 NOISE_RULE = (
     f"a speedup or scaling efficiency is marked noise when either run measured fewer than "
-    f"{MIN_MEASURED_STEPS} steps or its interval (ratio of the runs' step-time bands, "
-    f"median +- IQR/2) spans 1.0"
+    f"{MIN_MEASURED_STEPS} steps or its 95% interval (bootstrap of the runs' step times; "
+    f"from older summaries without them, the ratio of their bands median +- IQR/2) spans 1.0"
 )
 # (figure column, its interval and noise columns)
 _RATIOS = {
@@ -66,7 +70,7 @@ def _devices(record: dict[str, Any]) -> int:
 
 def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Flat rows (metrics, telemetry, speedup against eager, scaling efficiency), one per run."""
-    rows = []
+    rows, times = [], {}
     for rec in records:
         tel = rec.get("telemetry") or {}
         row: dict[str, Any] = {
@@ -105,6 +109,7 @@ def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
         rows.append(row)
+        times[id(row)] = tel.get("step_times_s")
 
     compile_keys = [
         _config_key(r, _COMPILE_KEYS, ("model", "precision", "devices", "accumulate_grad_batches"))
@@ -127,7 +132,7 @@ def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if eager and row["step_time_ms"]:
             row["speedup_vs_eager"] = eager[0]["step_time_ms"] / row["step_time_ms"]
             if eager[0] is not row:  # the eager run against itself is 1.0 by definition
-                _mark(row, "speedup_vs_eager", eager[0], row)
+                _mark(row, "speedup_vs_eager", eager[0], row, times)
         peers = [
             rows[j]
             for j in range(len(rows))
@@ -140,7 +145,7 @@ def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     row["devices"] / base["devices"]
                 )
                 if base is not row:
-                    _mark(row, "scaling_efficiency", base, row)
+                    _mark(row, "scaling_efficiency", base, row, times)
     return sorted(
         rows,
         key=lambda r: (
@@ -153,15 +158,27 @@ def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     )
 
 
-def _mark(row: dict[str, Any], column: str, base: dict[str, Any], run: dict[str, Any]) -> None:
+def _mark(
+    row: dict[str, Any],
+    column: str,
+    base: dict[str, Any],
+    run: dict[str, Any],
+    times: dict[int, Any],
+) -> None:
     """Set ``column``'s interval and noise reason in ``row``: ``column`` is a ratio of
     ``base``'s step time over ``run``'s (times a constant), so its interval is the figure
-    scaled by the interval of that step-time ratio."""
+    scaled by the interval of that step-time ratio. ``times`` maps a row's ``id`` to its
+    run's measured step times, where the summary has them."""
     low_col, high_col, noise_col = _RATIOS[column]
     steps = [r.get("measured_steps") for r in (base, run)]
-    times = [(r.get("step_time_ms"), r.get("step_time_iqr_ms")) for r in (base, run)]
-    if all(isinstance(t, int | float) for pair in times for t in pair):
-        (base_ms, base_iqr), (run_ms, run_iqr) = times
+    base_times, run_times = times.get(id(base)), times.get(id(run))
+    medians = [(r.get("step_time_ms"), r.get("step_time_iqr_ms")) for r in (base, run)]
+    if base_times and run_times:
+        low, high = bootstrap_ratio_interval(base_times, run_times)
+        scale = row[column] / (float(np.median(base_times)) / float(np.median(run_times)))
+        row[low_col], row[high_col] = low * scale, high * scale
+    elif all(isinstance(t, int | float) for pair in medians for t in pair):
+        (base_ms, base_iqr), (run_ms, run_iqr) = medians
         low, high = band_ratio_interval(base_ms, base_iqr, run_ms, run_iqr)
         scale = row[column] / (base_ms / run_ms)
         row[low_col], row[high_col] = low * scale, high * scale

@@ -16,6 +16,9 @@ The LightningModule defines the hooks and the Fabric loop calls them (the seed s
   (for a ``training_step`` that reads tensor values, e.g. ``.item()``, which meta tensors
   lack); the run then reports no ``flops_per_step``/MFU. Without it such a step costs one
   INFO log line per run saying why the FLOPs were not counted.
+- ``flops_batch(batch) -> batch`` (optional): the batch to count FLOPs on, when the step
+  reads a value that does not change the FLOPs (HF's SDPA mask shortcut reads
+  ``attention_mask.all()``: the HF wrappers count without the mask, the same matmuls).
 - ``validation_step(batch, batch_idx) -> dict[str, Tensor]``: per-sample values, each
   tensor with the batch as its first dimension (predictions and labels, or per-sample
   loss sums and token counts). The loop concatenates them over the validation set,

@@ -83,6 +83,8 @@ def count_micro_batch_flops(module: torch.nn.Module, batch: Any) -> int | None:
         for name, p in module.named_parameters()
     }
     buffers = {name: torch.empty_like(b, device="meta") for name, b in module.named_buffers()}
+    hook = getattr(module, "flops_batch", None)  # the contract's optional hook
+    batch = hook(batch) if callable(hook) else batch
     meta_batch = apply_to_collection(batch, torch.Tensor, lambda t: t.to("meta"))
     counter = FlopCounterMode(display=False)
     try:

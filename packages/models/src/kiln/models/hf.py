@@ -194,6 +194,11 @@ class HFModule(KilnModule):
     def model_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {k: batch[k] for k in MODEL_INPUTS if k in batch}
 
+    def flops_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The batch kiln.core counts FLOPs on (meta tensors): without ``attention_mask``,
+        whose SDPA shortcut reads the mask's values; the attention matmuls are the same."""
+        return {k: v for k, v in batch.items() if k != "attention_mask"}
+
     def forward(self, **inputs: torch.Tensor) -> Any:
         return self.model(**inputs)
 

@@ -70,8 +70,21 @@ def test_signal_stops_at_the_step_boundary_with_a_checkpoint(tmp_path, full, sig
 
 
 def test_a_signal_outside_the_step_loop_goes_to_the_previous_handler() -> None:
-    with pytest.raises(KeyboardInterrupt), stop_on_signals():
-        os.kill(os.getpid(), signal.SIGINT)
+    # Python's own SIGINT handler, as kiln-train has it (a test run before may have left another)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous_usr2 = signal.getsignal(signal.SIGUSR2)
+    try:
+        with pytest.raises(KeyboardInterrupt), stop_on_signals():
+            os.kill(os.getpid(), signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        received: list[int] = []
+        signal.signal(signal.SIGUSR2, lambda signum, _frame: received.append(signum))
+        with stop_on_signals():
+            os.kill(os.getpid(), signal.SIGUSR2)
+        assert received == [signal.SIGUSR2]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGUSR2, previous_usr2)
 
 
 @pytest.mark.slow  # three 2-process launches: minutes each on the loaded 2-core VM (seen passing)

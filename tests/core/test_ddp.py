@@ -4,6 +4,8 @@ float64, against a plain PyTorch big-batch AdamW reference."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 import torch
 from toy import ToyTokenModule, reference_run, weights
@@ -36,8 +38,11 @@ def test_two_processes_match_one_big_batch_exactly_in_float64(accumulate: int) -
     # the next 2 * b * accumulate samples in dataset order
     want, losses = reference_run(ToyTokenModule(**MODULE_KW), [2 * b * accumulate] * 5)
     single = train(1, 2 * b, accumulate)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     ranks = launch(train, 2, 2, b, accumulate)
     assert len(ranks) == 2
+    # torch's elastic agent installs its own handlers; launch puts this process's back
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
     for rank in ranks:
         for key, value in want.items():
             torch.testing.assert_close(rank["weights"][key], value, rtol=0.0, atol=1e-12)

@@ -10,7 +10,9 @@ Fabric's ``ddp`` strategy picks up.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -74,6 +76,25 @@ def check_world_size(fabric: Any, trainer: Any) -> None:
         f"trainer.devices={devices} x trainer.num_nodes={nodes} asks for {devices * nodes}; "
         f"{how}"
     )
+
+
+@contextmanager
+def _signal_handlers_restored() -> Iterator[None]:
+    """Put this process's signal handlers back after the launch: torch's elastic agent
+    installs its own for SIGTERM, SIGINT, SIGHUP and SIGQUIT and leaves them, so Ctrl-C
+    after a launch would raise its ``SignalException`` instead of ``KeyboardInterrupt``."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread can set handlers (and the agent sets none there)
+        return
+    saved = {
+        s: signal.getsignal(s)
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+    }
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 @contextmanager
@@ -190,7 +211,7 @@ def launch(fn: Callable[..., Any], nprocs: int, *args: Any) -> list[Any]:
         monitor_interval=0.1,
     )
     try:
-        with _main_not_reimported(fn), _worker_threads(nprocs):
+        with _main_not_reimported(fn), _worker_threads(nprocs), _signal_handlers_restored():
             results = elastic_launch(config, fn)(*args)
     except ChildFailedError as error:
         raise WorkerFailedError(_describe_failure(error)) from None

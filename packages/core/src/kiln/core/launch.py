@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,6 +20,8 @@ from typing import Any
 from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from kiln.core.stop import signal_handlers_restored
 
 
 class WorkerFailedError(RuntimeError):
@@ -78,23 +79,9 @@ def check_world_size(fabric: Any, trainer: Any) -> None:
     )
 
 
-@contextmanager
-def _signal_handlers_restored() -> Iterator[None]:
-    """Put this process's signal handlers back after the launch: torch's elastic agent
-    installs its own for SIGTERM, SIGINT, SIGHUP and SIGQUIT and leaves them, so Ctrl-C
-    after a launch would raise its ``SignalException`` instead of ``KeyboardInterrupt``."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread can set handlers (and the agent sets none there)
-        return
-    saved = {
-        s: signal.getsignal(s)
-        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
-    }
-    try:
-        yield
-    finally:
-        for signum, handler in saved.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+# torch's elastic agent installs its own handlers for these and leaves them: without putting
+# ours back, Ctrl-C after a launch would raise its SignalException, not KeyboardInterrupt
+_ELASTIC_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
 @contextmanager
@@ -211,7 +198,11 @@ def launch(fn: Callable[..., Any], nprocs: int, *args: Any) -> list[Any]:
         monitor_interval=0.1,
     )
     try:
-        with _main_not_reimported(fn), _worker_threads(nprocs), _signal_handlers_restored():
+        with (
+            _main_not_reimported(fn),
+            _worker_threads(nprocs),
+            signal_handlers_restored(_ELASTIC_SIGNALS),
+        ):
             results = elastic_launch(config, fn)(*args)
     except ChildFailedError as error:
         raise WorkerFailedError(_describe_failure(error)) from None

@@ -76,30 +76,38 @@ def _call_previous(previous: Any, signum: int, frame: Any) -> None:
 
 
 @contextmanager
+def signal_handlers_restored(signals: Iterable[int]) -> Iterator[dict[int, Any]]:
+    """Put the handlers of ``signals`` back on exit; yields them (``{signum: handler}``).
+    Only the main thread can set handlers: elsewhere yields ``{}`` and restores nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield {}
+        return
+    saved = {int(s): signal.getsignal(s) for s in signals}
+    try:
+        yield saved
+    finally:
+        for signum, old in saved.items():
+            signal.signal(signum, old if old is not None else signal.SIG_DFL)
+
+
+@contextmanager
 def stop_on_signals(signals: Iterable[int] = STOP_SIGNALS) -> Iterator[None]:
     """Turn ``signals`` into a stop at the next step boundary while inside (main thread only;
     elsewhere a no-op). Handlers installed before are restored on exit and get any signal
     the loop does not take (see the module doc)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {int(s): signal.getsignal(s) for s in signals}
+    with signal_handlers_restored(signals) as previous:
 
-    def handler(signum: int, frame: Any) -> None:
-        if request_stop(signum):
-            # os.write: print() may be the very call this handler interrupted
-            note = f"{signal.Signals(signum).name}: stopping at the next step boundary\n"
-            os.write(sys.stderr.fileno(), note.encode())
-        else:
-            _call_previous(previous[signum], signum, frame)
+        def handler(signum: int, frame: Any) -> None:
+            if request_stop(signum):
+                # os.write: print() may be the very call this handler interrupted
+                note = f"{signal.Signals(signum).name}: stopping at the next step boundary\n"
+                os.write(sys.stderr.fileno(), note.encode())
+            else:
+                _call_previous(previous[signum], signum, frame)
 
-    for signum in previous:
-        signal.signal(signum, handler)
-    try:
+        for signum in previous:
+            signal.signal(signum, handler)
         yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old if old is not None else signal.SIG_DFL)
 
 
 class StopPoll:

@@ -28,7 +28,7 @@ setup: $(STAMP)
 $(STAMP): uv.lock pyproject.toml packages/core/pyproject.toml packages/models/pyproject.toml packages/experiments/pyproject.toml
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || \
 		$(PYTHON) -m pip install --quiet uv || $(PYTHON) -m pip install --quiet --user uv
-	$(UV) sync --frozen --all-packages
+	$(UV) sync --frozen --all-packages --compile-bytecode
 	@touch $@
 
 train: setup

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 import torch
@@ -57,6 +58,16 @@ def test_bad_logger_values_say_what_is_valid():
         LoggerConfig(mode="dryrun")
 
 
+def _read_finished_run(path, timeout: float = 60.0) -> dict:
+    """The run once its exit record is on disk. ``run.finish()`` returns when W&B's service
+    has the exit record; the service closes the run's file after that, on its own, so a
+    reader in the same process can be ahead of it (a process that exits waits for it)."""
+    deadline = time.monotonic() + timeout
+    while "exit_code" not in (run := wandb_files.read_run(path)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return run
+
+
 def test_tracker_marks_the_run_failed_with_the_reason_and_finishes_once(tmp_path):
     job = JobInfo(output_dir=str(tmp_path), overrides=["trainer.max_steps=3"])
     with (
@@ -71,7 +82,7 @@ def test_tracker_marks_the_run_failed_with_the_reason_and_finishes_once(tmp_path
     assert tracker.finished
     assert tracker.info["project"] == "kiln" and tracker.info["group"] is None  # no sweep
     tracker.finish("ok")  # a second finish changes nothing
-    run = wandb_files.read_run(tmp_path)
+    run = _read_finished_run(tmp_path)
     assert run["exit_code"] == 1 and run["name"] == "trainer.max_steps=3"
     assert run["tags"] == ["model:x"] and run["config"]["trainer"] == {"max_steps": 3}
     summary = wandb_files.read_summary(tmp_path)
@@ -138,5 +149,6 @@ def test_flops_mfu_and_compile_cache_reach_the_wandb_summary(tmp_path):
     }
     with Tracker(LoggerConfig(), JobInfo(output_dir=str(tmp_path))) as tracker:
         tracker.summarize(_wandb_summary(record))
+    _read_finished_run(tmp_path)
     summary = wandb_files.read_summary(tmp_path)
     assert {k: summary.get(f"telemetry/{k}") for k in telemetry} == telemetry

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from kiln.core import TrainerConfig, fit
+from kiln.experiments.bench.stats import bootstrap_median_interval
 
 
 @dataclass
@@ -193,6 +194,7 @@ def compare(cfg: BenchConfig, repeats: int) -> dict:
     Returns:
         ``<variant>_step_s`` (median over runs of each run's median step time),
         ``ratio`` (median of the per-round ratios kiln/plain), ``ratio_min``/``ratio_max``,
+        ``ratio_ci``/``vs_fabric_ci`` (bootstrap 95% intervals of those medians),
         ``overhead_s`` (median of the per-round differences kiln - plain), ``vs_fabric``
         (median of kiln/fabric), ``fabric_ratio`` (fabric/plain), ``fabric_overhead_s``
         (fabric - plain), the per-run figures, and ``identical`` (every run of every variant
@@ -220,7 +222,9 @@ def compare(cfg: BenchConfig, repeats: int) -> dict:
         "overhead_s": statistics.median(diffs),
         "ratio_min": min(ratios),
         "ratio_max": max(ratios),
+        "ratio_ci": bootstrap_median_interval(ratios),
         "vs_fabric": statistics.median(vs_fabric),
+        "vs_fabric_ci": bootstrap_median_interval(vs_fabric),
         "fabric_ratio": statistics.median(fabric_ratios),
         "fabric_overhead_s": statistics.median(fabric_diffs),
         "identical": identical,
@@ -320,15 +324,18 @@ def main() -> None:
             f"(+{memory[name]['training_mb']:.1f} during training)"
         )
     overhead_us = result["overhead_s"] * 1e6
+    low, high = result["ratio_ci"]
     print(
-        f"kiln/plain step time: {result['ratio']:.4f} (per-round range "
-        f"{result['ratio_min']:.4f}-{result['ratio_max']:.4f}); {overhead_us:+.0f} us per step"
+        f"kiln/plain step time: {result['ratio']:.4f} (95% CI {low:.4f}-{high:.4f}; "
+        f"per-round range {result['ratio_min']:.4f}-{result['ratio_max']:.4f}); "
+        f"{overhead_us:+.0f} us per step"
     )
     print(
         f"fabric/plain step time: {result['fabric_ratio']:.4f}; "
         f"{result['fabric_overhead_s'] * 1e6:+.0f} us per step"
     )
-    print(f"kiln/fabric step time: {result['vs_fabric']:.4f}")
+    low, high = result["vs_fabric_ci"]
+    print(f"kiln/fabric step time: {result['vs_fabric']:.4f} (95% CI {low:.4f}-{high:.4f})")
     print(f"final weights bit-identical: {result['identical']}")
     print(
         f"overhead_ratio={result['ratio']:.4f} identical={str(result['identical']).lower()} "

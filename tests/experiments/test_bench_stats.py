@@ -5,7 +5,12 @@ import math
 import numpy as np
 import pytest
 
-from kiln.experiments.bench.stats import bootstrap_speedup_interval, geomean, speedup_stats
+from kiln.experiments.bench.stats import (
+    bootstrap_median_interval,
+    bootstrap_speedup_interval,
+    geomean,
+    speedup_stats,
+)
 
 
 def test_geomean():
@@ -63,3 +68,13 @@ def test_bootstrap_interval_is_reproducible_and_wider_with_fewer_pairs():
     low40, high40 = bootstrap_speedup_interval(eager, compiled)
     low5, high5 = bootstrap_speedup_interval(eager[:5], compiled[:5])
     assert high5 - low5 > high40 - low40
+
+
+def test_median_interval_holds_the_median_and_narrows_with_more_rounds():
+    ratios = 1.0 + 0.1 * np.random.default_rng(3).standard_normal(41)
+    low41, high41 = bootstrap_median_interval(ratios)
+    assert low41 <= float(np.median(ratios)) <= high41
+    assert bootstrap_median_interval(ratios) == (low41, high41)  # seeded
+    low7, high7 = bootstrap_median_interval(ratios[:7])
+    assert high7 - low7 > high41 - low41
+    assert bootstrap_median_interval([1.03] * 5) == (pytest.approx(1.03), pytest.approx(1.03))

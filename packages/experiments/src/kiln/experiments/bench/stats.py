@@ -31,6 +31,18 @@ BOOTSTRAP_RESAMPLES = 2000
 CONFIDENCE = 0.95
 
 
+def _interval(estimates: np.ndarray) -> tuple[float, float]:
+    """The percentile-bootstrap ``CONFIDENCE`` interval of resampled ``estimates``."""
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(estimates, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _resamples(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``BOOTSTRAP_RESAMPLES`` rows of ``n`` indices drawn with replacement."""
+    return rng.integers(0, n, (BOOTSTRAP_RESAMPLES, n))
+
+
 def bootstrap_speedup_interval(
     eager_s: Sequence[float], compiled_s: Sequence[float], seed: int = 0
 ) -> tuple[float, float]:
@@ -41,11 +53,18 @@ def bootstrap_speedup_interval(
     Seeded: the same timings always give the same interval.
     """
     eager, compiled = np.asarray(eager_s, dtype=float), np.asarray(compiled_s, dtype=float)
-    picks = np.random.default_rng(seed).integers(0, len(eager), (BOOTSTRAP_RESAMPLES, len(eager)))
-    speedups = np.median(eager[picks], axis=1) / np.median(compiled[picks], axis=1)
-    tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(speedups, [tail, 100 - tail])
-    return float(low), float(high)
+    picks = _resamples(np.random.default_rng(seed), len(eager))
+    return _interval(np.median(eager[picks], axis=1) / np.median(compiled[picks], axis=1))
+
+
+def bootstrap_median_interval(values: Sequence[float], seed: int = 0) -> tuple[float, float]:
+    """A percentile-bootstrap 95% interval of ``median(values)``: for per-round ratios of
+    interleaved runs (each round's ratio already pairs the runs that shared its moment).
+
+    Seeded: the same values always give the same interval.
+    """
+    data = np.asarray(values, dtype=float)
+    return _interval(np.median(data[_resamples(np.random.default_rng(seed), len(data))], axis=1))
 
 
 def bootstrap_ratio_interval(
@@ -58,11 +77,9 @@ def bootstrap_ratio_interval(
     """
     num, den = np.asarray(num_s, dtype=float), np.asarray(den_s, dtype=float)
     rng = np.random.default_rng(seed)
-    num_medians = np.median(num[rng.integers(0, len(num), (BOOTSTRAP_RESAMPLES, len(num)))], 1)
-    den_medians = np.median(den[rng.integers(0, len(den), (BOOTSTRAP_RESAMPLES, len(den)))], 1)
-    tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(num_medians / den_medians, [tail, 100 - tail])
-    return float(low), float(high)
+    num_medians = np.median(num[_resamples(rng, len(num))], axis=1)
+    den_medians = np.median(den[_resamples(rng, len(den))], axis=1)
+    return _interval(num_medians / den_medians)
 
 
 def band_ratio_interval(

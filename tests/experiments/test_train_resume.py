@@ -36,22 +36,36 @@ def _checkpointed_steps(job_dir: Path) -> list[int]:
 
 
 def _start_and_stop(
-    job_dir: Path, log_dir: Path, sig: int, ready: Callable[[str], bool], extra: tuple = ()
+    job_dir: Path,
+    log_dir: Path,
+    sig: int,
+    ready: Callable[[str], bool],
+    extra: tuple = (),
+    group: bool = False,
 ) -> int:
-    """Start kiln-train into ``job_dir``; send ``sig`` once ``ready(its output so far)``."""
+    """Start kiln-train into ``job_dir``; send ``sig`` once ``ready(its output so far)``, to
+    its whole process group if ``group`` (as a terminal's Ctrl-C does)."""
     env = {**os.environ, "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
     cmd = [sys.executable, "-m", "kiln.experiments.train", *ARGS, *extra]
     out = log_dir / f"attempt-{signal.Signals(sig).name}.log"
     with out.open("w") as f:
         proc = subprocess.Popen(
-            [*cmd, f"hydra.run.dir={job_dir}"], env=env, cwd=log_dir, stdout=f, stderr=f
+            [*cmd, f"hydra.run.dir={job_dir}"],
+            env=env,
+            cwd=log_dir,
+            stdout=f,
+            stderr=f,
+            start_new_session=group,
         )
     deadline = time.monotonic() + 600
     while not ready(out.read_text()):
         assert proc.poll() is None, f"ended before the signal: {out.read_text()[-4000:]}"
         assert time.monotonic() < deadline, "not ready within 600 s"
         time.sleep(0.05)
-    proc.send_signal(sig)
+    if group:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
     proc.wait(timeout=300)
     assert max(_checkpointed_steps(job_dir)) < STEPS, "the run finished before the signal"
     return proc.returncode
@@ -104,6 +118,31 @@ def test_sigterm_checkpoints_at_its_step_and_the_resume_is_exact(killed_twice) -
     assert record["attempts"][-1]["from_step"] == stopped["at_step"]
     assert record["history"] == plain["history"]  # every loss, lr and grad norm, bit for bit
     assert record["metrics"] == plain["metrics"]
+
+
+def test_ctrl_c_on_two_devices_stops_both_workers_at_a_step_with_a_checkpoint(tmp_path) -> None:
+    """A terminal's Ctrl-C reaches the job's process group; torch's agent relays it to the
+    workers, which stop at one step boundary and hand their result back (they once waited
+    30 s for a kill, and the record said step 0). The re-run resumes there to the end."""
+    job_dir = tmp_path / "job"
+    two = ("trainer.devices=2", "trainer.checkpoint_every_n_steps=1000")
+    code = _start_and_stop(job_dir, tmp_path, signal.SIGINT, lambda o: "step 3/" in o, two, True)
+    assert code == -signal.SIGINT  # KeyboardInterrupt, as on one device
+    record = summary(job_dir)
+    stopped = record["attempts"][-1]
+    assert (record["status"], stopped["ended"]) == ("failed", "SIGINT")
+    assert 3 <= stopped["at_step"] == record["global_step"] < STEPS
+    assert record["checkpoint"] == str(
+        job_dir / "checkpoints" / f"step-{stopped['at_step']:08d}.ckpt"
+    )
+    assert Path(record["checkpoint"]).is_file()
+    # no worker was left waiting for the agent's kill (torch: "... forcefully exiting via 9")
+    assert "forcefully" not in (tmp_path / "attempt-SIGINT.log").read_text()
+    proc = run_train([*ARGS, *two, f"hydra.run.dir={job_dir}"], tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    record = summary(job_dir)
+    assert record["attempts"][-1]["from_step"] == stopped["at_step"]
+    assert [row["step"] for row in record["history"]] == list(range(1, STEPS + 1))
 
 
 def test_resumed_job_keeps_full_history_and_attempts(killed_twice) -> None:

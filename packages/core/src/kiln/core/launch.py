@@ -10,18 +10,21 @@ Fabric's ``ddp`` strategy picks up.
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from kiln.core.stop import signal_handlers_restored
+from kiln.core.stop import requested_signal, signal_handlers_restored
 
 
 class WorkerFailedError(RuntimeError):
@@ -151,6 +154,42 @@ def _check_importable(fn: Callable[..., Any]) -> None:
         )
 
 
+def _worker(fn: Callable[..., Any], results_dir: str, *args: Any) -> Any:
+    """A worker's entry point: ``fn(*args)`` in its own process group, so a terminal's Ctrl-C
+    reaches the agent alone and each worker gets the signal once, from the agent's relay.
+
+    A worker whose ``fit`` stopped for a signal (``kiln.core.stop``) hands its result over in
+    ``results_dir`` and ends by that signal: the agent is shutting the workers down (or
+    will, once one ends), reads no result and would wait 30 s before killing it.
+    """
+    os.setpgrp()
+    result = fn(*args)
+    signum = requested_signal()
+    if signum:
+        path = os.path.join(results_dir, f"rank-{os.environ['LOCAL_RANK']}.pkl")
+        with open(path + ".tmp", "wb") as f:
+            pickle.dump(result, f)
+        os.replace(path + ".tmp", path)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+    return result
+
+
+def _stopped_results(results_dir: str, nprocs: int) -> list[Any] | None:
+    """The results every worker handed over after a signal stopped it, in rank order, or
+    ``None`` when some worker did not (it died before, or the signal came outside ``fit``)."""
+    paths = [os.path.join(results_dir, f"rank-{rank}.pkl") for rank in range(nprocs)]
+    if not all(os.path.exists(path) for path in paths):
+        return None
+    results = []
+    for path in paths:
+        with open(path, "rb") as f:
+            results.append(pickle.load(f))
+    return results
+
+
 def launch(fn: Callable[..., Any], nprocs: int, *args: Any) -> list[Any]:
     """Run ``fn(*args)`` in ``nprocs`` local processes and return their results in rank order.
 
@@ -173,10 +212,15 @@ def launch(fn: Callable[..., Any], nprocs: int, *args: Any) -> list[Any]:
         *args: Picklable arguments passed to ``fn`` on every rank.
 
     Returns:
-        ``fn``'s return value on each local rank, in rank order.
+        ``fn``'s return value on each local rank, in rank order; also when a signal stopped
+        every worker's ``fit`` at the same step boundary (``kiln.core.stop``: SIGTERM or
+        Ctrl-C to this process, which torch's agent relays, or a signal to one worker), so
+        the caller sees ``stop_signal`` and acts on it as a single process would.
 
     Raises:
         WorkerFailedError: A worker failed; the message holds its exception and traceback.
+        SignalException: torch's: this process got a signal that no worker's ``fit`` could
+            turn into a stop (it came before or after the step loop).
     """
     if not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs={nprocs!r} is not valid; it must be an integer >= 1")
@@ -197,13 +241,19 @@ def launch(fn: Callable[..., Any], nprocs: int, *args: Any) -> list[Any]:
         start_method="spawn",
         monitor_interval=0.1,
     )
-    try:
-        with (
-            _main_not_reimported(fn),
-            _worker_threads(nprocs),
-            signal_handlers_restored(_ELASTIC_SIGNALS),
-        ):
-            results = elastic_launch(config, fn)(*args)
-    except ChildFailedError as error:
-        raise WorkerFailedError(_describe_failure(error)) from None
+    with (
+        tempfile.TemporaryDirectory(prefix="kiln-launch-") as results_dir,
+        _main_not_reimported(fn),
+        _worker_threads(nprocs),
+        signal_handlers_restored(_ELASTIC_SIGNALS),
+    ):
+        try:
+            results = elastic_launch(config, _worker)(fn, results_dir, *args)
+        except (ChildFailedError, SignalException) as error:
+            stopped = _stopped_results(results_dir, nprocs)
+            if stopped is not None:  # every rank stopped at the same step boundary
+                return stopped
+            if isinstance(error, SignalException):
+                raise
+            raise WorkerFailedError(_describe_failure(error)) from None
     return [results[rank] for rank in sorted(results)]

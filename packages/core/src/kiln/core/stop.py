@@ -53,7 +53,8 @@ def request_stop(signum: int) -> bool:
 
 
 def requested_signal() -> int:
-    """The signal whose stop this process requested (0: none)."""
+    """The signal whose stop this process requested, or that the last ``fit`` stopped for
+    on any of its ranks (0: none)."""
     return _REQUEST.signum
 
 
@@ -131,9 +132,11 @@ class StopPoll:
         self._flag = torch.zeros(1, dtype=torch.int32)
 
     def __call__(self) -> int:
-        """The signal number a stop was requested for on any rank, or 0."""
+        """The signal number a stop was requested for on any rank, or 0 (a rank that
+        learns of a stop through the all-reduce records it as its own request too)."""
         if not self.distributed:
             return _REQUEST.signum
         self._flag.fill_(_REQUEST.signum)
         torch.distributed.all_reduce(self._flag, torch.distributed.ReduceOp.MAX, self.group)
-        return int(self._flag.item())
+        _REQUEST.signum = int(self._flag.item())
+        return _REQUEST.signum

@@ -145,6 +145,40 @@ def test_ctrl_c_on_two_devices_stops_both_workers_at_a_step_with_a_checkpoint(tm
     assert [row["step"] for row in record["history"]] == list(range(1, STEPS + 1))
 
 
+def test_a_killed_two_device_job_leaves_a_checkpoint_and_no_worker(tmp_path) -> None:
+    """SIGKILL to the job's process: torch's parent-death signal (one SIGINT per exiting
+    thread of the killed process) stops its workers at one step boundary with a checkpoint
+    there, and they end; none trains on, orphaned (the repeats once killed them mid-save, and
+    so did rank 0's W&B logging into the killed job's W&B service)."""
+    import psutil
+
+    env = {**os.environ, "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
+    job_dir, out = tmp_path / "job", tmp_path / "attempt.log"
+    cmd = [sys.executable, "-m", "kiln.experiments.train", *ARGS, f"hydra.run.dir={job_dir}"]
+    cmd += ["trainer.devices=2", "trainer.checkpoint_every_n_steps=1000"]
+    with out.open("w") as f:
+        proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=f, stderr=f)
+    deadline = time.monotonic() + 600
+    while "step 3/" not in out.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, out.read_text()[-4000:]
+        time.sleep(0.05)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    workers = [p for p in children if "spawn_main" in " ".join(p.cmdline())]  # not W&B's
+    assert len(workers) == 2, [p.cmdline() for p in children]
+    wandb = [p for p in children if "wandb" in " ".join(p.cmdline())]
+    proc.kill()
+    for service in wandb:  # it ends with its parent anyway: now, before the workers log
+        service.kill()
+    proc.wait()
+    _, alive = psutil.wait_procs(workers, timeout=120)
+    for worker in alive:
+        worker.kill()
+    assert not alive, f"workers still running after their job was killed: {alive}"
+    (step,) = _checkpointed_steps(job_dir)
+    assert 3 <= step < STEPS, out.read_text()[-4000:]
+    assert (job_dir / "checkpoints" / f"step-{step:08d}.ckpt").is_file()
+
+
 def test_resumed_job_keeps_full_history_and_attempts(killed_twice) -> None:
     job_dir, _, _, _, proc, _ = killed_twice
     assert proc.returncode == 0, explain(proc)

@@ -8,6 +8,7 @@ can reach a checkpoint.
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,10 @@ from kiln.core.progress import Progress
 from kiln.core.setup import Context
 from kiln.core.state import RunState
 from kiln.core.step import StepOutput, as_count_tensor, window_loss_sums
+from kiln.core.stop import requested_signal
 from kiln.core.validation import validate
+
+log = logging.getLogger(__name__)
 
 
 class Cadence:
@@ -86,7 +90,14 @@ class Cadence:
         if grad_norm is not None:
             row["train/grad_norm"] = float(grad_norm)
         run.history.append(row)
-        ctx.fabric.log_dict({k: v for k, v in row.items() if k != "step"}, step=step)
+        try:
+            ctx.fabric.log_dict({k: v for k, v in row.items() if k != "step"}, step=step)
+        except Exception as error:
+            if not requested_signal():
+                raise
+            # stopping for a signal (a killed launch agent took the W&B service with it): the
+            # checkpoint must still be written; it keeps this row, and the resumed run logs it
+            log.warning("logging step %d failed while stopping: %r", step, error)
         throughput = ctx.timer.recent_samples_per_s(ctx.trainer.log_every_n_steps)
         self.progress.update(run.global_step, loss, throughput)
         ctx.watch.check()

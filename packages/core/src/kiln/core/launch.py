@@ -24,7 +24,7 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from kiln.core.stop import requested_signal, signal_handlers_restored
+from kiln.core.stop import ignore_repeated_signals, requested_signal, signal_handlers_restored
 
 
 class WorkerFailedError(RuntimeError):
@@ -154,22 +154,28 @@ def _check_importable(fn: Callable[..., Any]) -> None:
         )
 
 
-def _worker(fn: Callable[..., Any], results_dir: str, *args: Any) -> Any:
+def _worker(fn: Callable[..., Any], results_dir: str, parent: int, *args: Any) -> Any:
     """A worker's entry point: ``fn(*args)`` in its own process group, so a terminal's Ctrl-C
     reaches the agent alone and each worker gets the signal once, from the agent's relay.
+
+    If the agent's process dies (SIGKILL, out of memory), torch's parent-death signal
+    (SIGINT, once per exiting thread of the agent's process) stops the worker's ``fit`` at
+    the next step boundary, with a checkpoint there; it does not train on, orphaned.
 
     A worker whose ``fit`` stopped for a signal (``kiln.core.stop``) hands its result over in
     ``results_dir`` and ends by that signal: the agent is shutting the workers down (or
     will, once one ends), reads no result and would wait 30 s before killing it.
     """
     os.setpgrp()
+    ignore_repeated_signals()
     result = fn(*args)
     signum = requested_signal()
     if signum:
-        path = os.path.join(results_dir, f"rank-{os.environ['LOCAL_RANK']}.pkl")
-        with open(path + ".tmp", "wb") as f:
-            pickle.dump(result, f)
-        os.replace(path + ".tmp", path)
+        if os.getppid() == parent:  # the agent is there to read it
+            path = os.path.join(results_dir, f"rank-{os.environ['LOCAL_RANK']}.pkl")
+            with open(path + ".tmp", "wb") as f:
+                pickle.dump(result, f)
+            os.replace(path + ".tmp", path)
         sys.stdout.flush()
         sys.stderr.flush()
         signal.signal(signum, signal.SIG_DFL)
@@ -248,7 +254,7 @@ def launch(fn: Callable[..., Any], nprocs: int, *args: Any) -> list[Any]:
         signal_handlers_restored(_ELASTIC_SIGNALS),
     ):
         try:
-            results = elastic_launch(config, _worker)(fn, results_dir, *args)
+            results = elastic_launch(config, _worker)(fn, results_dir, os.getpid(), *args)
         except (ChildFailedError, SignalException) as error:
             stopped = _stopped_results(results_dir, nprocs)
             if stopped is not None:  # every rank stopped at the same step boundary

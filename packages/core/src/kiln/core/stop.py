@@ -10,7 +10,8 @@ no extra log row or validation) and returns with ``stop_reason="signal"`` and
 run the handler that was installed before: exit 143 for SIGTERM, ``KeyboardInterrupt``, submitit's
 checkpoint-and-requeue for SIGUSR2. A signal outside the step loop (setup, compile,
 validation before the first step, after the loop), or a second one, goes straight to that
-previous handler, as without kiln.
+previous handler, as without kiln (a launched worker drops a repeat of the same signal:
+:func:`ignore_repeated_signals`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class _Request:
 
     signum = 0  # 0: none
     listening = False  # the loop is between steps and will honour a request
+    repeats_ignored = False  # a worker of kiln.core.launch: see ignore_repeated_signals
 
 
 _REQUEST = _Request()
@@ -50,6 +52,16 @@ def request_stop(signum: int) -> bool:
         return False
     _REQUEST.signum = int(signum)
     return True
+
+
+def ignore_repeated_signals() -> None:
+    """In this process, drop a stop signal that repeats the one already being acted on,
+    instead of passing it to the previous handler (a user's second Ctrl-C that forces).
+
+    For ``kiln.core.launch``'s workers: the kernel sends their parent-death signal once per
+    exiting thread of a killed parent, and the agent's own kill comes 30 s after its relay.
+    """
+    _REQUEST.repeats_ignored = True
 
 
 def requested_signal() -> int:
@@ -103,6 +115,8 @@ def stop_on_signals(signals: Iterable[int] = STOP_SIGNALS) -> Iterator[None]:
                 # os.write: print() may be the very call this handler interrupted
                 note = f"{signal.Signals(signum).name}: stopping at the next step boundary\n"
                 os.write(sys.stderr.fileno(), note.encode())
+            elif _REQUEST.repeats_ignored and _REQUEST.listening and signum == _REQUEST.signum:
+                pass  # already stopping for it
             else:
                 _call_previous(previous[signum], signum, frame)
 

@@ -56,6 +56,9 @@ def _start_and_stop(
             stdout=f,
             stderr=f,
             start_new_session=group,
+            # a terminal's shell gives its job the default SIGINT action; a background
+            # shell (CI) ignores it, and the job would end as for SIGTERM (Terminated)
+            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if group else None,
         )
     deadline = time.monotonic() + 600
     while not ready(out.read_text()):

@@ -196,6 +196,24 @@ def _stopped_results(results_dir: str, nprocs: int) -> list[Any] | None:
     return results
 
 
+def _launch_config(nprocs: int) -> LaunchConfig:
+    """One node, ``nprocs`` spawned workers, no restarts, a c10d rendezvous on localhost."""
+    return LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nprocs,
+        run_id=f"kiln-{uuid.uuid4().hex[:12]}",
+        rdzv_backend="c10d",
+        # port 0: the rendezvous store binds a free port itself (as torchrun --standalone),
+        # so no other process can take it between choosing and binding
+        rdzv_endpoint="127.0.0.1:0",
+        local_addr="127.0.0.1",
+        max_restarts=0,
+        start_method="spawn",
+        monitor_interval=0.1,
+    )
+
+
 def launch(fn: Callable[..., Any], nprocs: int, *args: Any) -> list[Any]:
     """Run ``fn(*args)`` in ``nprocs`` local processes and return their results in rank order.
 
@@ -233,20 +251,7 @@ def launch(fn: Callable[..., Any], nprocs: int, *args: Any) -> list[Any]:
     if nprocs == 1 or launched_externally():
         return [fn(*args)]
     _check_importable(fn)
-    config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
-        nproc_per_node=nprocs,
-        run_id=f"kiln-{uuid.uuid4().hex[:12]}",
-        rdzv_backend="c10d",
-        # port 0: the rendezvous store binds a free port itself (as torchrun --standalone),
-        # so no other process can take it between choosing and binding
-        rdzv_endpoint="127.0.0.1:0",
-        local_addr="127.0.0.1",
-        max_restarts=0,
-        start_method="spawn",
-        monitor_interval=0.1,
-    )
+    config = _launch_config(nprocs)
     with (
         tempfile.TemporaryDirectory(prefix="kiln-launch-") as results_dir,
         _main_not_reimported(fn),

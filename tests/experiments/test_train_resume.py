@@ -35,19 +35,14 @@ def _checkpointed_steps(job_dir: Path) -> list[int]:
     return [int(name.split("-")[1].split(".")[0]) for name in names]
 
 
-def _start_and_stop(
-    job_dir: Path,
-    log_dir: Path,
-    sig: int,
-    ready: Callable[[str], bool],
-    extra: tuple = (),
-    group: bool = False,
-) -> int:
-    """Start kiln-train into ``job_dir``; send ``sig`` once ``ready(its output so far)``, to
-    its whole process group if ``group`` (as a terminal's Ctrl-C does)."""
+def _start(
+    job_dir: Path, log_dir: Path, name: str, extra: tuple = (), group: bool = False
+) -> tuple[subprocess.Popen, Path]:
+    """Start kiln-train into ``job_dir`` (in a new session if ``group``, for signals to its
+    whole process group); returns the process and the file its output goes to."""
     env = {**os.environ, "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
     cmd = [sys.executable, "-m", "kiln.experiments.train", *ARGS, *extra]
-    out = log_dir / f"attempt-{signal.Signals(sig).name}.log"
+    out = log_dir / f"attempt-{name}.log"
     with out.open("w") as f:
         proc = subprocess.Popen(
             [*cmd, f"hydra.run.dir={job_dir}"],
@@ -60,11 +55,30 @@ def _start_and_stop(
             # shell (CI) ignores it, and the job would end as for SIGTERM (Terminated)
             preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if group else None,
         )
+    return proc, out
+
+
+def _wait_until(proc: subprocess.Popen, out: Path, ready: Callable[[str], bool]) -> None:
+    """Wait until ``ready(the output so far)``; fail if the job ends first or in 600 s."""
     deadline = time.monotonic() + 600
     while not ready(out.read_text()):
         assert proc.poll() is None, f"ended before the signal: {out.read_text()[-4000:]}"
         assert time.monotonic() < deadline, "not ready within 600 s"
         time.sleep(0.05)
+
+
+def _start_and_stop(
+    job_dir: Path,
+    log_dir: Path,
+    sig: int,
+    ready: Callable[[str], bool],
+    extra: tuple = (),
+    group: bool = False,
+) -> int:
+    """Start kiln-train into ``job_dir``; send ``sig`` once ``ready(its output so far)``, to
+    its whole process group if ``group`` (as a terminal's Ctrl-C does)."""
+    proc, out = _start(job_dir, log_dir, signal.Signals(sig).name, extra, group)
+    _wait_until(proc, out, ready)
     if group:
         os.killpg(proc.pid, sig)
     else:
@@ -155,16 +169,10 @@ def test_a_killed_two_device_job_leaves_a_checkpoint_and_no_worker(tmp_path) -> 
     so did rank 0's W&B logging into the killed job's W&B service)."""
     import psutil
 
-    env = {**os.environ, "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
-    job_dir, out = tmp_path / "job", tmp_path / "attempt.log"
-    cmd = [sys.executable, "-m", "kiln.experiments.train", *ARGS, f"hydra.run.dir={job_dir}"]
-    cmd += ["trainer.devices=2", "trainer.checkpoint_every_n_steps=1000"]
-    with out.open("w") as f:
-        proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=f, stderr=f)
-    deadline = time.monotonic() + 600
-    while "step 3/" not in out.read_text():
-        assert proc.poll() is None and time.monotonic() < deadline, out.read_text()[-4000:]
-        time.sleep(0.05)
+    job_dir = tmp_path / "job"
+    two = ("trainer.devices=2", "trainer.checkpoint_every_n_steps=1000")
+    proc, out = _start(job_dir, tmp_path, "SIGKILL", two)
+    _wait_until(proc, out, lambda o: "step 3/" in o)
     children = psutil.Process(proc.pid).children(recursive=True)
     workers = [p for p in children if "spawn_main" in " ".join(p.cmdline())]  # not W&B's
     assert len(workers) == 2, [p.cmdline() for p in children]

@@ -47,6 +47,20 @@ def test_bad_learning_rate_fails_validation_naming_the_key(lr):
         validate(cfg)
 
 
+@pytest.mark.parametrize("norm", ["nan", "inf", "-1.0", "0"])
+def test_bad_gradient_clip_norm_fails_validation_naming_the_key(norm):
+    """``nan <= 0`` is False: a NaN clip norm used to pass and fail steps later as
+    NonFiniteGradientError."""
+    cfg = compose_train([f"trainer.gradient_clip_norm={norm}"])
+    cfg.paths.output_dir = "/tmp/kiln-compose-test"
+    with pytest.raises(
+        ValueError,
+        match=r"trainer.gradient_clip_norm=.* is not valid; use a finite positive float, or "
+        "null to disable clipping",
+    ):
+        validate(cfg)
+
+
 def test_a_config_error_is_printed_once_and_opens_no_wandb_run(tmp_path):
     proc = run_train([*FAST, "optimizer.lr=nan"], tmp_path, timeout=300)
     assert proc.returncode == 1, explain(proc)

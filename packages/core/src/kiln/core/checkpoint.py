@@ -159,6 +159,30 @@ def checkpoint_candidates(directory: str | Path) -> list[Path]:
     return [path for _, path in reversed(_list_checkpoints(directory))]
 
 
+def check_not_a_plain_directory(path: Path) -> None:
+    """Refuse a directory that is no sharded checkpoint (a checkpoint dir, a job dir) given
+    as a checkpoint, naming what to pass instead.
+
+    Raises:
+        IsADirectoryError: ``path`` is such a directory.
+    """
+    if not path.is_dir() or (path / ".metadata").exists() or (path / "meta.pt").exists():
+        return
+    found = [d for d in (path, path / "checkpoints") if d.is_dir() and checkpoint_candidates(d)]
+    if not found:
+        raise IsADirectoryError(
+            f"checkpoint {path} is a directory and holds no checkpoint (step-<N>.ckpt): pass "
+            "a checkpoint file; to resume a run from its newest intact checkpoint, "
+            "trainer.resume=auto with trainer.checkpoint_dir=<the directory holding them>"
+        )
+    directory = found[0]
+    raise IsADirectoryError(
+        f"checkpoint {path} is a directory, not a checkpoint: pass one of its checkpoint "
+        f"files (newest: {checkpoint_candidates(directory)[0]}); to resume a run from its "
+        f"newest intact checkpoint, trainer.resume=auto with trainer.checkpoint_dir={directory}"
+    )
+
+
 def damage(path: str | Path) -> str | None:
     """Why ``path`` cannot be a good checkpoint (missing, incomplete, checksum mismatch), or
     ``None``. Reads the whole file once when ``run.json`` records its checksum."""
@@ -422,11 +446,14 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
+        IsADirectoryError: ``path`` is a directory but no sharded checkpoint; the message
+            names its newest checkpoint.
         DamagedCheckpointError: It cannot be read back; the message names it.
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
+    check_not_a_plain_directory(path)
     # a sharded checkpoint keeps its plain values in meta.pt; mmap reads no tensor eagerly
     saved = _read(path / "meta.pt") if path.is_dir() else _read(path, mmap=True)
     rng = saved.get("rng")
@@ -465,7 +492,8 @@ def load_checkpoint(fabric: Fabric, path: str | Path, state: dict) -> dict:
     Must be called on every rank. Modules load strictly; a checkpoint of another model fails
     with an error that names the checkpoint and lists missing and unexpected keys. A damaged
     file (checksum mismatch with ``run.json``, truncated, unpicklable) raises
-    :class:`~kiln.core.rundir.DamagedCheckpointError` naming it, before any object changes.
+    :class:`~kiln.core.rundir.DamagedCheckpointError` naming it, before any object changes; a
+    directory that is no sharded checkpoint, ``IsADirectoryError`` naming its newest one.
     Checkpoints whose keys carry ``_orig_mod.`` (written by other tools) load too.
 
     Args:
@@ -483,6 +511,7 @@ def load_checkpoint(fabric: Fabric, path: str | Path, state: dict) -> dict:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
+    check_not_a_plain_directory(path)
     # one rank reads the bytes for the checksum; every rank gets its verdict
     problem = fabric.broadcast(damage(path) if fabric.is_global_zero else None)
     if problem is not None:

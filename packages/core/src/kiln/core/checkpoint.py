@@ -31,6 +31,7 @@ from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.fabric.wrappers import _unwrap_objects
 from torch._dynamo.eval_frame import OptimizedModule
 
+from kiln.core.checkpoint_paths import check_not_a_plain_directory
 from kiln.core.rundir import (
     CHECKPOINT_NAME,
     DamagedCheckpointError,
@@ -157,30 +158,6 @@ def checkpoint_candidates(directory: str | Path) -> list[Path]:
     if recorded is not None:
         return [directory / name for name in reversed(recorded.checkpoints)]
     return [path for _, path in reversed(_list_checkpoints(directory))]
-
-
-def check_not_a_plain_directory(path: Path) -> None:
-    """Refuse a directory that is no sharded checkpoint (a checkpoint dir, a job dir) given
-    as a checkpoint, naming what to pass instead.
-
-    Raises:
-        IsADirectoryError: ``path`` is such a directory.
-    """
-    if not path.is_dir() or (path / ".metadata").exists() or (path / "meta.pt").exists():
-        return
-    found = [d for d in (path, path / "checkpoints") if d.is_dir() and checkpoint_candidates(d)]
-    if not found:
-        raise IsADirectoryError(
-            f"checkpoint {path} is a directory and holds no checkpoint (step-<N>.ckpt): pass "
-            "a checkpoint file; to resume a run from its newest intact checkpoint, "
-            "trainer.resume=auto with trainer.checkpoint_dir=<the directory holding them>"
-        )
-    directory = found[0]
-    raise IsADirectoryError(
-        f"checkpoint {path} is a directory, not a checkpoint: pass one of its checkpoint "
-        f"files (newest: {checkpoint_candidates(directory)[0]}); to resume a run from its "
-        f"newest intact checkpoint, trainer.resume=auto with trainer.checkpoint_dir={directory}"
-    )
 
 
 def damage(path: str | Path) -> str | None:

@@ -118,6 +118,7 @@ def test_sigterm_exits_143_and_is_recorded(killed_twice) -> None:
     assert terminated == 143
     assert record["status"] == "failed"
     assert record["error"] == "Terminated: terminated by SIGTERM"
+    assert (record["stop_reason"], record["stop_signal"]) == ("signal", "SIGTERM")
     assert [a["ended"] for a in record["attempts"]] == ["killed", "SIGTERM"]
 
 
@@ -199,6 +200,7 @@ def test_resumed_job_keeps_full_history_and_attempts(killed_twice) -> None:
     assert [row["step"] for row in record["history"]] == list(range(1, STEPS + 1))
     attempts = record["attempts"]
     assert [a["ended"] for a in attempts] == ["killed", "SIGTERM", "ok"]
+    assert (record["stop_reason"], record["stop_signal"]) == ("max_steps", None)
     assert attempts[0]["from_step"] == 0
     assert 0 < attempts[1]["from_step"] < attempts[2]["from_step"] < STEPS
     assert attempts[1]["from_step"] % 5 == 0  # the SIGKILLed attempt's periodic checkpoint

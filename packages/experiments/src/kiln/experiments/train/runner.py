@@ -38,11 +38,14 @@ def fit_progress(exc: BaseException) -> dict[str, Any]:
 
 
 def _wandb_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    """The W&B run's summary: final metrics, telemetry, step, loss, seed, initial weights."""
+    """The W&B run's summary: final metrics, telemetry, step, why it stopped, loss, seed,
+    initial weights."""
     return {
         **summary["metrics"],
         "telemetry": summary["telemetry"],
         "global_step": summary["global_step"],
+        "stop_reason": summary["stop_reason"],
+        "stop_signal": summary["stop_signal"],
         "train_loss": summary["train_loss"],
         "seed": summary["seed"],
         "init_weights_sha256": summary["init_weights_sha256"],
@@ -64,6 +67,9 @@ def _fields(cfg: Any) -> dict[str, Any]:
         "metrics": {},
         "train_loss": None,
         "global_step": 0,
+        # why training stopped (FitResult.stop_reason; with "signal", the signal's name)
+        "stop_reason": None,
+        "stop_signal": None,
         "telemetry": {},
         "history": [],
         "checkpoint": None,
@@ -224,6 +230,8 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
                         "history",
                         "checkpoint",
                         "init_weights_sha256",
+                        "stop_reason",
+                        "stop_signal",
                     )
                 },
             )

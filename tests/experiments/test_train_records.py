@@ -239,7 +239,7 @@ def test_a_full_disk_names_the_checkpoint_and_keeps_the_good_ones(small_disk, tm
     error = summary(tmp_path / "j")["error"]
     assert f"could not write checkpoint {ckpt / 'step-00000003.ckpt'} (No space left" in error
     assert "it needs 11." in error and "MiB are free there" in error, error
-    assert "partial file was removed" in error
+    assert "no partial file is left" in error
     assert sorted(p.name for p in ckpt.iterdir()) == [
         "run.json",
         "step-00000001.ckpt",

@@ -397,8 +397,8 @@ def _write_failure(final: Path, size: int | None, error: OSError) -> str:
     except OSError:
         free = ""
     return (
-        f"could not write checkpoint {final} ({error.strerror or error}):{needed}{free} the "
-        "partial file was removed and the earlier checkpoints are intact. Free some space or "
+        f"could not write checkpoint {final} ({error.strerror or error}):{needed}{free} no "
+        "partial file is left and the earlier checkpoints are intact. Free some space or "
         "set trainer.checkpoint_dir to a larger disk, then resume"
     )
 

@@ -341,11 +341,9 @@ def save_checkpoint(
 
     to_save = {**state, "rng": _gather_rng_states()}
     with _without_compiled_prefixes(to_save):
-        problem = _write(fabric, temp, final, to_save)
-    problem = fabric.broadcast(problem)  # every rank raises, or none: no rank waits alone
+        problem = fabric.broadcast(_write(fabric, temp, final, to_save))  # all ranks, or none
     if problem is not None:
         raise CheckpointWriteError(problem)
-
     if fabric.is_global_zero:
         if final.is_dir():  # os.replace cannot replace a non-empty directory
             shutil.rmtree(final)

@@ -220,6 +220,12 @@ def begin_attempt(job_dir: str) -> list[dict[str, Any]]:
     return attempts
 
 
+def set_from_step(job_dir: str, attempts: list[dict[str, Any]], step: int) -> None:
+    """Record the step this (the last) attempt resumes from."""
+    attempts[-1]["from_step"] = step
+    write_job_json(Path(job_dir) / ATTEMPTS_FILE, attempts)
+
+
 def end_attempt(
     job_dir: str, attempts: list[dict[str, Any]], ended: str, step: int, **details: Any
 ) -> None:

@@ -210,8 +210,8 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             if trainer["checkpoint_dir"] is not None:
                 check_writable(trainer["checkpoint_dir"])
             from_step, checkpoint = job_resume.check_resume(resolved)
-            if attempts:
-                attempts[-1]["from_step"] = from_step
+            if attempts:  # written now: a SIGKILLed attempt leaves no end to say it
+                job_resume.set_from_step(job.output_dir, attempts, from_step)
             job_resume.check_claim(resolved, checkpoint)
             preflight.check_accelerator(trainer["accelerator"])
             if resolved.get("model"):

@@ -22,6 +22,7 @@ SIGTERM are recorded, then propagate.
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -136,8 +137,6 @@ class Lifecycle:
 
     def _earlier_record(self) -> dict[str, Any] | None:
         """The job directory's record of an earlier attempt that did work, if any."""
-        import json
-
         try:
             record = json.loads((Path(self.job.output_dir) / self.kind.file).read_text())
         except (OSError, ValueError):

@@ -259,6 +259,12 @@ def _csv_without_label(tmp_path: Path) -> list[str]:
     return ["data.dataset=csv", f"data.data_files={path}", "data.text_column=sentence"]
 
 
+def _labels_beyond_the_model(tmp_path: Path) -> list[str]:
+    path = tmp_path / "five.csv"
+    path.write_text("text,label\n" + "".join(f"film {i},{i % 5}\n" for i in range(40)))
+    return ["data.dataset=csv", f"data.data_files={path}", "+model.num_labels=2"]
+
+
 def _foreign_checkpoint(tmp_path: Path) -> list[str]:
     torch.save({"state_dict": {"w": torch.zeros(2)}}, tmp_path / "foreign.ckpt")
     return [f"trainer.resume={tmp_path / 'foreign.ckpt'}"]
@@ -277,10 +283,19 @@ def _truncated_checkpoint(tmp_path: Path, finished: Path) -> list[str]:
         (_truncated_checkpoint, "incomplete or unreadable"),
         (lambda tmp, _: _foreign_checkpoint(tmp), "foreign.ckpt' is not a kiln checkpoint"),
         (lambda tmp, _: _csv_without_label(tmp), "the label column 'label' is not in the data"),
+        (lambda tmp, _: _labels_beyond_the_model(tmp), "the model has num_labels=2 but the data"),
         (lambda tmp, _: ["data.batch_size=100", "data.num_train=64"], "fewer than one batch"),
         (lambda tmp, _: ["trainer.accelerator=cuda"], "trainer.accelerator='cuda': this machine"),
     ],
-    ids=["missing", "truncated", "foreign", "no-label-column", "batch-too-large", "cuda"],
+    ids=[
+        "missing",
+        "truncated",
+        "foreign",
+        "no-label-column",
+        "labels-out-of-range",
+        "batch-too-large",
+        "cuda",
+    ],
 )
 def test_inputs_kiln_refuses_open_no_wandb_run(finished, tmp_path, make, error):
     if "cuda" in error and torch.cuda.is_available():

@@ -18,7 +18,7 @@ from toy import ToyTokenModule, weights
 
 from kiln.core import NonFiniteLossError, fit
 from kiln.core.checkpoint import read_checkpoint_meta
-from kiln.core.errors import NonFiniteWeightsError
+from kiln.core.errors import EmptyEpochError, NonFiniteWeightsError
 from kiln.core.rundir import CheckpointDirError, DamagedCheckpointError
 
 STEPS = 8  # checkpoints every 2 steps: 2, 4, 6, 8
@@ -180,3 +180,34 @@ def test_resuming_on_another_world_size_fails_naming_both(tmp_path, reference) -
     assert read_checkpoint_meta(other)["world_size"] == 2
     with pytest.raises(ValueError, match=f"{other} was written by a run on 2 processes.* has 1"):
         fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path, STEPS, resume=str(other)))
+
+
+@pytest.mark.timeout(120)  # it used to spin forever, restarting the same empty epoch
+def test_resuming_past_the_end_of_a_shorter_epoch_fails_at_once(tmp_path, reference) -> None:
+    # step 4 stands at micro-batch 8 of a 12-batch epoch; with batches of 4 an epoch has 6
+    ckpt = reference["stopped"] / "ckpt" / "step-00000004.ckpt"
+    module = ToyTokenModule(**{**MODULE_KW, "batch_size": 4})
+    with pytest.raises(
+        EmptyEpochError, match=r"epoch 0 yields no micro-batch .*\(batch 8 of an epoch of 6\)"
+    ):
+        fit(module, trainer(tmp_path, STEPS, resume=str(ckpt)))
+
+
+def test_a_lost_run_json_is_refused_when_its_checkpoints_name_two_runs(tmp_path, reference) -> None:
+    shutil.copytree(reference["stopped"], tmp_path, dirs_exist_ok=True)
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "run.json").unlink()
+    other = reference["stopped"].parent / "full" / "ckpt" / "step-00000008.ckpt"
+    shutil.copy(other, ckpt / "step-00000008.ckpt")  # another run's file
+    with pytest.raises(CheckpointDirError, match=r"run.json is missing .* they name runs"):
+        fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path, STEPS + 2, resume="auto"))
+    assert not (ckpt / "run.json").exists()  # nothing guessed
+
+
+def test_a_run_from_another_directorys_checkpoint_gets_its_own_id(tmp_path, reference) -> None:
+    source = reference["stopped"] / "ckpt" / "step-00000006.ckpt"
+    theirs = json.loads((source.parent / "run.json").read_text())["run_id"]
+    result = fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path, STEPS, resume=str(source)))
+    ours = json.loads((tmp_path / "ckpt" / "run.json").read_text())
+    assert result.run_id == ours["run_id"] != theirs
+    assert ours["started_from"] == {"path": str(source), "run_id": theirs, "global_step": 6}

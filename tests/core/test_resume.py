@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from lightning.fabric import Fabric
 from lightning.fabric.loggers import Logger
 from toy import CountedDataset, ToyTokenModule, weights
 
@@ -172,16 +171,19 @@ class Killer(Logger):
 
     @staticmethod
     def _kill_in_save(step: int) -> None:
-        save = Fabric.save
+        from kiln.core import checkpoint
 
-        def save_then_die(fabric, path, state, *args, **kwargs):
-            save(fabric, path, state, *args, **kwargs)
-            if f"step-{step:08d}" in Path(path).name:
-                data = Path(path).read_bytes()
-                Path(path).write_bytes(data[: len(data) // 2])  # the write is cut off here
+        write = checkpoint._write  # writes the temp file a save renames into place
+
+        def write_then_die(fabric, temp, final, state):
+            problem = write(fabric, temp, final, state)
+            if f"step-{step:08d}" in temp.name:
+                data = temp.read_bytes()
+                temp.write_bytes(data[: len(data) // 2])  # the write is cut off here
                 os.kill(os.getpid(), signal.SIGKILL)
+            return problem
 
-        Fabric.save = save_then_die  # this worker process only
+        checkpoint._write = write_then_die  # this worker process only
 
 
 class KillableToy(ToyTokenModule):

@@ -234,12 +234,15 @@ def test_resume_refuses_a_changed_model_seed_or_optimizer(killed_twice) -> None:
     job_dir, *_, proc, _ = killed_twice
     assert proc.returncode == 0, explain(proc)
     changed = [*ARGS, "trainer.seed=1", "optimizer.lr=0.01", f"hydra.run.dir={job_dir}"]
+    before = summary(job_dir)
     proc = run_train(changed, job_dir.parent)
     assert proc.returncode == 1, explain(proc)
-    record = summary(job_dir)
-    assert (record["status"], record["error_stage"]) == ("failed", "config")
-    assert "trainer.seed: 0 -> 1" in record["error"], record["error"]
-    assert "optimizer.lr: 0.001 -> 0.01" in record["error"], record["error"]
+    record = summary(job_dir)  # the finished job's record stays; the attempt is listed
+    assert record["status"] == "ok" and record["history"] == before["history"]
+    refused = record["attempts"][-1]
+    assert (refused["ended"], refused["error_stage"]) == ("refused", "config")
+    assert "trainer.seed: 0 -> 1" in refused["error"], refused["error"]
+    assert "optimizer.lr: 0.001 -> 0.01" in refused["error"], refused["error"]
 
 
 def test_unwritable_checkpoint_dir_fails_in_the_config_stage(tmp_path) -> None:

@@ -1,10 +1,12 @@
 """Checkpoints: atomic saves, keep-last-K pruning, resume lookup, and per-rank RNG state.
 
-A checkpoint is ``<dir>/step-<global_step:08d>.ckpt``, written by ``fabric.save`` to a temporary
-name in the same directory and renamed into place only once it is complete, so a crash
-mid-write never spoils the newest good checkpoint. The directory's ``run.json`` (see
-``rundir``) then records it with its sha256: only recorded files are resumed from or pruned,
-and a file whose bytes changed is reported as damaged, by path. Module state dicts never carry
+A checkpoint is ``<dir>/step-<global_step:08d>.ckpt``, written to a temporary name in the same
+directory (on its own filesystem, never the system temp dir) and renamed into place only once
+it is complete, so a crash mid-write never spoils the newest good checkpoint; a write that
+fails (a full disk) removes its partial file and names the checkpoint and the space it
+needed. The directory's ``run.json`` (see ``rundir``) then records it with its sha256: only
+recorded files are resumed from or pruned, and a file whose bytes changed is reported as
+damaged, by path. Module state dicts never carry
 ``torch.compile``'s ``_orig_mod.`` prefix, so eager and compiled runs share checkpoints.
 Everything is stored as tensors and plain Python values, so checkpoints load with
 ``torch.load(weights_only=True)``.
@@ -12,6 +14,8 @@ Everything is stored as tensors and plain Python values, so checkpoints load wit
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import pickle
 import random
@@ -34,10 +38,12 @@ from torch._dynamo.eval_frame import OptimizedModule
 from kiln.core.checkpoint_paths import check_not_a_plain_directory
 from kiln.core.rundir import (
     CHECKPOINT_NAME,
+    CheckpointWriteError,
     DamagedCheckpointError,
     RunFile,
     new_run_id,
     read_run_file,
+    recorded_run,
     sha256_of,
     write_run_file,
 )
@@ -152,12 +158,11 @@ def _is_complete(path: Path) -> bool:
 
 def checkpoint_candidates(directory: str | Path) -> list[Path]:
     """The checkpoints a resume may use, newest first: those ``run.json`` records (in the
-    order written), or, in a directory without one (older kiln), every ``step-*.ckpt``."""
+    order written); where ``run.json`` is lost, those that prove themselves
+    (``rundir.rebuild_run_file``; it raises ``CheckpointDirError`` where none does)."""
     directory = Path(directory)
-    recorded = read_run_file(directory)
-    if recorded is not None:
-        return [directory / name for name in reversed(recorded.checkpoints)]
-    return [path for _, path in reversed(_list_checkpoints(directory))]
+    recorded = recorded_run(directory) if directory.is_dir() else None
+    return [] if recorded is None else [directory / name for name in reversed(recorded.checkpoints)]
 
 
 def damage(path: str | Path) -> str | None:
@@ -174,6 +179,11 @@ def damage(path: str | Path) -> str | None:
         expected = recorded.checkpoints.get(path.name, recorded.named.get(path.name))
     if expected is not None and sha256_of(path) != expected:
         return f"its sha256 does not match the one {path.parent / 'run.json'} recorded"
+    if expected is None and path.is_file():  # no run.json to compare with: its own CRC-32s
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+        if bad is not None:
+            return f"its record {bad} fails its CRC-32 check"
     return None
 
 
@@ -332,10 +342,10 @@ def save_checkpoint(
 
     to_save = {**state, "rng": _gather_rng_states()}
     with _without_compiled_prefixes(to_save):
-        fabric.save(temp, to_save)  # ends with a barrier: every rank's part is written
-
+        problem = fabric.broadcast(_write(fabric, temp, final, to_save))  # all ranks, or none
+    if problem is not None:
+        raise CheckpointWriteError(problem)
     if fabric.is_global_zero:
-        _fsync(temp)
         if final.is_dir():  # os.replace cannot replace a non-empty directory
             shutil.rmtree(final)
         os.replace(temp, final)
@@ -343,6 +353,53 @@ def save_checkpoint(
         _record_and_prune(directory, final, keep_last_k, run_id, named=name is not None)
     fabric.barrier()
     return final
+
+
+def _write(fabric: Fabric, temp: Path, final: Path, state: dict) -> str | None:
+    """Write ``state`` to ``temp`` (flushed to disk); on a failure, remove what was written
+    and return why (rank 0's answer counts)."""
+    if not isinstance(fabric.strategy, _PLAIN_STATE_STRATEGIES):
+        try:  # sharded: every rank writes its part into the directory ``temp``
+            fabric.save(temp, state)
+            if fabric.is_global_zero:
+                _fsync(temp)
+        except OSError as error:
+            if fabric.is_global_zero:
+                _remove(temp)
+            return _write_failure(final, None, error)
+        return None
+    # What fabric.save does for these strategies, but staged in the checkpoint's own
+    # directory: Lightning's writer stages in the system temp dir and then copies across.
+    converted = fabric.strategy._convert_stateful_objects_in_state(_unwrap_objects(state), {})
+    if not fabric.is_global_zero:
+        return None
+    buffer = io.BytesIO()
+    torch.save(converted, buffer)
+    size = buffer.getbuffer().nbytes
+    try:
+        if shutil.disk_usage(temp.parent).free < size:  # fail before writing a byte
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        with open(temp, "wb") as handle:
+            handle.write(buffer.getbuffer())
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as error:
+        _remove(temp)
+        return _write_failure(final, size, error)
+    return None
+
+
+def _write_failure(final: Path, size: int | None, error: OSError) -> str:
+    needed = "" if size is None else f" it needs {size / 2**20:.1f} MiB,"
+    try:
+        free = f" {shutil.disk_usage(final.parent).free / 2**20:.1f} MiB are free there;"
+    except OSError:
+        free = ""
+    return (
+        f"could not write checkpoint {final} ({error.strerror or error}):{needed}{free} no "
+        "partial file is left and the earlier checkpoints are intact. Free some space or "
+        "set trainer.checkpoint_dir to a larger disk, then resume"
+    )
 
 
 def _named(directory: Path, name: str) -> Path:

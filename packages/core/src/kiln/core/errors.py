@@ -24,6 +24,11 @@ class EmptyWindowError(ValueError):
     """A window's micro-batches hold no items to average over (e.g. every label is -100)."""
 
 
+class EmptyEpochError(ValueError):
+    """An epoch yields no micro-batch from where the run stands: a resumed run skipped past
+    the end of a shorter epoch (the data or batch size changed since the checkpoint)."""
+
+
 def check_window_total(total: int, step: int) -> None:
     """Raise :class:`EmptyWindowError` if the window of ``step`` counts no items."""
     if total == 0:

@@ -34,7 +34,12 @@ from kiln.core.checkpoint import restore_rng_state
 from kiln.core.compile import compile_scope
 from kiln.core.config import CompileConfig, TrainerConfig
 from kiln.core.data import epoch_batches
-from kiln.core.errors import EmptyWindowError, NonFiniteGradientError, NonFiniteLossError
+from kiln.core.errors import (
+    EmptyEpochError,
+    EmptyWindowError,
+    NonFiniteGradientError,
+    NonFiniteLossError,
+)
 from kiln.core.flops import flops_telemetry, peak_flops_per_s
 from kiln.core.resume import resume
 from kiln.core.setup import Context, setup
@@ -125,8 +130,17 @@ def train_windows(
     accumulate = ctx.trainer.accumulate_grad_batches
     while True:
         # pre-fetch a window at a time, on the host; the epoch's last window may be shorter
-        while window := list(islice(batches, accumulate)):
+        window = list(islice(batches, accumulate))
+        if not window:  # restarting this epoch would yield nothing again, forever
+            raise EmptyEpochError(
+                f"epoch {run.epoch} yields no micro-batch from where the run stands (batch "
+                f"{run.batch_in_epoch} of an epoch of {ctx.batches_per_epoch}): the data or "
+                "batch size differs from the run the checkpoint was saved by; resume with "
+                "the checkpoint's data and batch size, or start over in a new checkpoint_dir"
+            )
+        while window:
             yield window
+            window = list(islice(batches, accumulate))
         batches = _start_epoch(ctx, run)
 
 

@@ -28,7 +28,7 @@ def resume(ctx: Context, run: RunState) -> dict[str, Any] | None:
         stands where the checkpointed run stood; ``None`` for a fresh run.
     """
     rest = _load(ctx, run)
-    _claim(ctx, run)
+    _claim(ctx, run, None if rest is None else rest["path"])
     return None if rest is None else rest["rng"]
 
 
@@ -54,7 +54,7 @@ def _load(ctx: Context, run: RunState) -> dict[str, Any] | None:
         _check_world_size(ctx, path, rest)
         run.load(rest)
         ctx.fabric.print(f"resumed from {path} at step {run.global_step}")
-        return rest
+        return {**rest, "path": path}
     if candidates:  # every one was damaged: starting over would silently lose the run
         raise DamagedCheckpointError(
             f"no intact checkpoint in trainer.checkpoint_dir={trainer.checkpoint_dir!r} (damaged: "
@@ -75,8 +75,9 @@ def _check_world_size(ctx: Context, path: Path, rest: dict[str, Any]) -> None:
         )
 
 
-def _claim(ctx: Context, run: RunState) -> None:
-    """Give ``run`` its id; rank 0 claims the checkpoint directory, every rank gets the id."""
+def _claim(ctx: Context, run: RunState, source: Path | None) -> None:
+    """Give ``run`` its id; rank 0 claims the checkpoint directory, every rank gets the id
+    (a new one where ``source``, the checkpoint loaded, is another directory's)."""
     fabric, trainer = ctx.fabric, ctx.trainer
     run_id, error = None, None
     if fabric.is_global_zero:
@@ -84,7 +85,9 @@ def _claim(ctx: Context, run: RunState) -> None:
             if trainer.checkpoint_dir is None:
                 run_id = run.run_id or new_run_id()
             else:
-                run_id = claim(trainer.checkpoint_dir, trainer.resume, run.run_id)
+                run_id = claim(
+                    trainer.checkpoint_dir, trainer.resume, run.run_id, source, run.global_step
+                )
         except Exception as raised:  # every rank must leave the collective below
             error = raised
     run_id, message = fabric.broadcast((run_id, None if error is None else str(error)))

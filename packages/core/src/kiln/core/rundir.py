@@ -3,7 +3,11 @@
 ``<dir>/run.json`` names the run (``run_id``) and lists the checkpoints it wrote, oldest first,
 each with the sha256 of its bytes (recorded after the file is complete and renamed into
 place). Only listed files are ever resumed from or pruned; a file whose bytes no longer match
-its checksum is damaged. ``run.json`` itself is replaced atomically.
+its checksum is damaged. ``run.json`` itself is replaced atomically. A run that started from
+another run's checkpoint gets its own id and records that checkpoint as ``started_from``.
+
+A lost ``run.json`` is rebuilt from the files that prove themselves (``checkpoint.recover``):
+every checkpoint carries its run's id, and its zip records carry their own CRC-32.
 """
 
 from __future__ import annotations
@@ -16,13 +20,20 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 RUN_FILE = "run.json"
+RUN_FILE_TEMP_PREFIX = ".run.json."
 CHECKPOINT_NAME = re.compile(r"^step-(\d+)\.ckpt$")
 
 
 class CheckpointDirError(RuntimeError):
     """The checkpoint directory cannot hold this run: another run's, or not writable."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk): the message names it and the space
+    it needed; its partial file is removed and the earlier checkpoints stay intact."""
 
 
 class DamagedCheckpointError(RuntimeError):
@@ -37,6 +48,8 @@ class RunFile:
     checkpoints: dict[str, str] = field(default_factory=dict)  # name -> sha256, oldest first
     # files saved under their own name (e.g. best.ckpt): checked, never pruned or resumed from
     named: dict[str, str] = field(default_factory=dict)
+    # another run's checkpoint this run was resumed from: path, run_id, global_step
+    started_from: dict[str, Any] | None = None
 
 
 def new_run_id() -> str:
@@ -52,7 +65,10 @@ def read_run_file(directory: str | Path) -> RunFile | None:
     try:
         data = json.loads(path.read_text())
         return RunFile(
-            str(data["run_id"]), dict(data.get("checkpoints", {})), dict(data.get("named", {}))
+            str(data["run_id"]),
+            dict(data.get("checkpoints", {})),
+            dict(data.get("named", {})),
+            data.get("started_from"),
         )
     except (ValueError, KeyError, TypeError) as error:
         raise CheckpointDirError(
@@ -64,15 +80,20 @@ def read_run_file(directory: str | Path) -> RunFile | None:
 def write_run_file(directory: str | Path, run: RunFile) -> None:
     """Replace ``directory``'s ``run.json`` atomically (temp file, fsync, rename)."""
     directory = Path(directory)
-    text = json.dumps(
-        {"run_id": run.run_id, "checkpoints": run.checkpoints, "named": run.named}, indent=1
-    )
-    fd, temp = tempfile.mkstemp(prefix=".run.json.", dir=directory)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp, directory / RUN_FILE)
+    data: dict[str, Any] = {"run_id": run.run_id, "checkpoints": run.checkpoints}
+    data["named"] = run.named
+    if run.started_from is not None:
+        data["started_from"] = run.started_from
+    fd, temp = tempfile.mkstemp(prefix=RUN_FILE_TEMP_PREFIX, dir=directory)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(json.dumps(data, indent=1))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, directory / RUN_FILE)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)  # a full disk must not keep a half-written copy
+        raise
 
 
 def sha256_of(path: Path) -> str:
@@ -109,26 +130,115 @@ def holds_checkpoints(directory: Path) -> bool:
     return any(CHECKPOINT_NAME.match(p.name) for p in directory.iterdir())
 
 
-def claim(directory: str | Path, resume: str | None, resumed_run_id: str | None) -> str:
-    """Make ``directory`` the run's checkpoint directory; return the run's id.
+def remove_leftovers(directory: str | Path) -> list[Path]:
+    """Remove what a killed save left in ``directory`` (``.run.json.*`` and ``*.tmp`` files,
+    ``.write-test-*`` probes); returns them. Only the directory's one writer may call it."""
+    import shutil
 
-    A fresh run (``resume=None``) gets a new id and refuses a directory holding any
-    checkpoint. A resumed run keeps the id of the checkpoint it loaded (or the directory's,
-    for ``resume='auto'`` with nothing to load) and refuses a directory whose ``run.json``
-    names another run that has checkpoints there.
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [
+        path
+        for pattern in (f"{RUN_FILE_TEMP_PREFIX}*", "*.tmp", ".write-test-*")
+        for path in directory.glob(pattern)
+    ]
+    for path in found:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return found
+
+
+def _verified_run_id(path: Path) -> tuple[str | None, str | None]:
+    """``(run id, None)`` of a checkpoint file whose zip records pass their CRC-32 check, or
+    ``(None, why not)``."""
+    import zipfile
+
+    import torch
+
+    if not path.is_file():
+        return None, "a sharded checkpoint carries no checksum of its own"
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+        if bad is not None:
+            return None, f"its record {bad} fails its CRC-32 check"
+        run_id = torch.load(path, map_location="cpu", mmap=True, weights_only=True).get("run_id")
+    except Exception as error:  # truncated, not a zip, not unpicklable safely
+        return None, f"it cannot be read ({type(error).__name__})"
+    return (str(run_id), None) if run_id else (None, "it names no run (written by older kiln?)")
+
+
+def rebuild_run_file(directory: str | Path) -> RunFile:
+    """The ``run.json`` a directory that lost it had, rebuilt from its checkpoints that prove
+    themselves (zip CRC-32 intact, the run's id inside), oldest first, with their sha256.
 
     Raises:
-        CheckpointDirError: The directory holds another run's checkpoints; the message names
-            it and the choices.
+        CheckpointDirError: No checkpoint proves itself, or they name different runs.
     """
     directory = Path(directory)
+    found = sorted(
+        (int(m.group(1)), p) for p in directory.iterdir() if (m := CHECKPOINT_NAME.match(p.name))
+    )
+    verified, refused, runs = {}, [], set()
+    for _, path in found:
+        run_id, problem = _verified_run_id(path)
+        if run_id is None:
+            refused.append(f"{path.name}: {problem}")
+            continue
+        runs.add(run_id)
+        verified[path.name] = sha256_of(path)
+    why = f"; not usable: {', '.join(refused)}" if refused else ""
+    if len(runs) != 1:
+        named = f"they name runs {', '.join(sorted(runs))}" if runs else "none proves itself"
+        raise CheckpointDirError(
+            f"{directory / RUN_FILE} is missing and its checkpoints cannot rebuild it: "
+            f"{named}{why}. Restore run.json, or resume one checkpoint explicitly "
+            "(trainer.resume=<path>) into a new trainer.checkpoint_dir"
+        )
+    return RunFile(runs.pop(), verified)
+
+
+def recorded_run(directory: str | Path) -> RunFile | None:
+    """``directory``'s ``run.json``; where it is lost but checkpoints remain, the one they
+    rebuild (:func:`rebuild_run_file`, in memory: :func:`claim` writes it); ``None`` where
+    the directory holds neither."""
     recorded = read_run_file(directory)
+    if recorded is None and holds_checkpoints(Path(directory)):
+        return rebuild_run_file(directory)
+    return recorded
+
+
+def plan_claim(
+    directory: str | Path,
+    resume: str | None,
+    resumed_run_id: str | None,
+    source: str | Path | None = None,
+    step: int | None = None,
+) -> tuple[str, RunFile | None]:
+    """What :func:`claim` would do, writing nothing: the run's id and the ``run.json`` to
+    write (``None``: the directory's stays as it is). Raises as :func:`claim` does."""
+    directory = Path(directory)
+    recorded = read_run_file(directory)
+    rebuilt = recorded is None and holds_checkpoints(directory)
+    if rebuilt:
+        recorded = rebuild_run_file(directory)
+    started_from = None
     if resume is None:
         run_id = new_run_id()
+    elif source is not None and Path(source).resolve().parent != directory.resolve():
+        run_id = new_run_id()  # another directory's checkpoint: a run of its own
+        started_from = {
+            "path": str(Path(source).resolve()),
+            "run_id": resumed_run_id,
+            "global_step": step,
+        }
     else:
         run_id = resumed_run_id or (recorded.run_id if recorded else new_run_id())
     if recorded is not None and recorded.run_id == run_id:
-        return run_id  # this run's own directory
+        return run_id, recorded if rebuilt else None  # this run's own directory
     others = recorded is not None and (recorded.checkpoints or holds_checkpoints(directory))
     if others or (resume is None and holds_checkpoints(directory)):
         owner = f"run {recorded.run_id}" if recorded else "another run (no run.json)"
@@ -142,5 +252,48 @@ def claim(directory: str | Path, resume: str | None, resumed_run_id: str | None)
             f"trainer.checkpoint_dir={str(directory)!r} holds the checkpoints of {owner}; a "
             f"checkpoint directory belongs to one run: {how}"
         )
-    write_run_file(directory, RunFile(run_id))
+    return run_id, RunFile(run_id, started_from=started_from)
+
+
+def claim(
+    directory: str | Path,
+    resume: str | None,
+    resumed_run_id: str | None,
+    source: str | Path | None = None,
+    step: int | None = None,
+) -> str:
+    """Make ``directory`` the run's checkpoint directory; return the run's id.
+
+    A fresh run (``resume=None``) gets a new id and refuses a directory holding any
+    checkpoint. A run resumed from a checkpoint of this directory keeps that checkpoint's id
+    (or the directory's, for ``resume='auto'`` with nothing to load); one resumed from a
+    checkpoint elsewhere (another job's) is a run of its own: a new id, with ``source``
+    recorded as ``started_from``. A resumed run refuses a directory whose ``run.json``
+    names another run that has checkpoints there. A lost ``run.json`` is rebuilt from the
+    checkpoints that prove themselves; what killed saves left behind is removed.
+
+    Args:
+        directory: The run's checkpoint directory.
+        resume: ``trainer.resume``: ``None``, ``'auto'`` or a path.
+        resumed_run_id: The run id stored in the loaded checkpoint.
+        source: The loaded checkpoint.
+        step: The loaded checkpoint's step.
+
+    Raises:
+        CheckpointDirError: The directory holds another run's checkpoints; the message names
+            it and the choices.
+    """
+    import warnings
+
+    directory = Path(directory)
+    run_id, to_write = plan_claim(directory, resume, resumed_run_id, source, step)
+    if to_write is not None and to_write.checkpoints:
+        warnings.warn(
+            f"{directory / RUN_FILE} was missing: rebuilt from the checkpoints that prove "
+            f"themselves ({', '.join(to_write.checkpoints)})",
+            stacklevel=2,
+        )
+    remove_leftovers(directory)
+    if to_write is not None:
+        write_run_file(directory, to_write)
     return run_id

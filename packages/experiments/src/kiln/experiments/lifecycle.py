@@ -14,12 +14,15 @@ Whatever happens inside, the lifecycle turns an exception into the record's fail
 a one-line reason (and the stage it happened in), writes the traceback to
 ``<job dir>/error.log``, puts the final values into the tracker's summary, finishes the
 tracker with the status, and writes the record (``summary.json``, ``bench.json``)
-atomically. ``Exception`` is swallowed (one failed job never stops a sweep); Ctrl-C and
+atomically. An attempt refused before its tracker opened leaves the record of an earlier
+attempt that did work (a finished job's) as it was, but for its ``attempts``, and never
+touches its W&B run. ``Exception`` is swallowed (one failed job never stops a sweep); Ctrl-C and
 SIGTERM are recorded, then propagate.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import sys
@@ -37,6 +40,7 @@ from kiln.experiments.tracking.tracker import Tracker
 log = logging.getLogger(__name__)
 
 ERROR_LOG = "error.log"
+REFUSED_LOG = "refused.log"  # the traceback of a refused attempt that kept the record
 
 
 class JobFailed(RuntimeError):
@@ -117,6 +121,7 @@ class Lifecycle:
         self.progress = progress
         self.on_exit = on_exit
         self.tracker: Tracker | None = None
+        self.kept: dict[str, Any] | None = None  # the earlier record a refused attempt keeps
 
     @property
     def loggers(self) -> list[Any]:
@@ -126,6 +131,22 @@ class Lifecycle:
     @property
     def failed(self) -> bool:
         return self.record["status"] == self.kind.failed_status
+
+    @property
+    def refused(self) -> bool:
+        """Whether the job failed before its tracker opened (before any work)."""
+        return self.failed and self.tracker is None
+
+    def _earlier_record(self) -> dict[str, Any] | None:
+        """The job directory's record of an earlier attempt that did work, if any."""
+        try:
+            record = json.loads((Path(self.job.output_dir) / self.kind.file).read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(record, dict):
+            return None
+        worked = record.get("status") != self.kind.failed_status or record.get("global_step")
+        return record if worked else None
 
     def track(
         self, cfg: LoggerConfig, *, config: dict[str, Any], tags: list[str], resume: bool = False
@@ -146,6 +167,8 @@ class Lifecycle:
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         try:
             if exc is not None:
+                if self.writer and self.tracker is None:
+                    self.kept = self._earlier_record()
                 self._record_failure(exc)
             if self.on_exit is not None and self.writer:
                 self.on_exit(exc)
@@ -165,7 +188,7 @@ class Lifecycle:
         )
         trace = "".join(traceback.format_exception(exc))
         if self.writer:
-            path = Path(self.job.output_dir) / ERROR_LOG
+            path = Path(self.job.output_dir) / (ERROR_LOG if self.kept is None else REFUSED_LOG)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(trace)
             self.record["traceback_file"] = str(path)
@@ -174,7 +197,11 @@ class Lifecycle:
     def _finish(self) -> None:
         # the record first: a job SLURM is requeueing or killing may not outlive W&B's finish
         if self.writer:
-            write_job_json(Path(self.job.output_dir) / self.kind.file, self.record)
+            record = self.record
+            if self.kept is not None and self.refused:  # keep it; list this attempt only
+                attempts = {k: v for k, v in self.record.items() if k == "attempts"}
+                record = {**self.kept, **attempts}
+            write_job_json(Path(self.job.output_dir) / self.kind.file, record)
         if self.tracker is not None:
             if self.summarize:
                 self.tracker.summarize(self.summarize(self.record))

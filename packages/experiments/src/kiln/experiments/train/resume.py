@@ -2,11 +2,13 @@
 config may change, whether it is already done, and the record of its attempts.
 
 Every job checkpoints into ``<job dir>/checkpoints`` with ``trainer.resume=auto`` (see
-README "Checkpoints"). Before ``fit``, :func:`check_resume` reads the newest checkpoint's
-stored config and refuses a change to what the run computes (:data:`FROZEN_KEYS`);
-``max_steps``, ``max_epochs``, logging, validation cadence and the logger may change.
+README "Checkpoints"). Before ``fit``, :func:`check_resume` reads the stored config of the
+checkpoint the job resumes from (the newest, or the one ``trainer.resume=<path>`` names) and
+refuses a change to what the run computes (:data:`FROZEN_KEYS`); ``max_steps``,
+``max_epochs``, logging, validation cadence and the logger may change.
 ``<job dir>/attempts.json`` lists each attempt: when it started, from which step, how it
-ended (an attempt that left no end was killed: SIGKILL, out of memory, node failure).
+ended (an attempt that left no end was killed: SIGKILL, out of memory, node failure;
+``refused``: it failed before training, and left the job's record as it was).
 """
 
 from __future__ import annotations
@@ -83,21 +85,54 @@ def latest_checkpoint_meta(checkpoint_dir: str | None) -> tuple[Path, dict[str, 
     return None
 
 
-def check_resume(resolved: dict[str, Any]) -> tuple[int, Path | None]:
-    """The step this job resumes from and its checkpoint (``0, None`` for a fresh start),
-    after checking its config.
+def explicit_checkpoint_meta(resume: str) -> dict[str, Any]:
+    """The metadata of the checkpoint ``trainer.resume=<path>`` names, once it is known to be
+    an intact kiln checkpoint.
 
     Raises:
-        ResumeConfigError: The newest checkpoint was written with other values of
+        FileNotFoundError: There is no such file.
+        DamagedCheckpointError: It is damaged (checksum, CRC-32, truncated) or not kiln's.
+    """
+    from kiln.core.checkpoint import damage, read_checkpoint_meta
+    from kiln.core.rundir import DamagedCheckpointError
+
+    path = Path(resume)
+    if not path.exists():
+        raise FileNotFoundError(f"trainer.resume={resume!r}: no such checkpoint file")
+    problem = damage(path)
+    if problem is not None:
+        raise DamagedCheckpointError(f"trainer.resume={resume!r}: checkpoint is damaged: {problem}")
+    meta = read_checkpoint_meta(path)
+    if meta.get("global_step") is None:
+        raise DamagedCheckpointError(
+            f"trainer.resume={resume!r} is not a kiln checkpoint (it holds no global_step): "
+            "give a step-<N>.ckpt that kiln-train wrote"
+        )
+    return meta
+
+
+def check_resume(resolved: dict[str, Any]) -> tuple[int, Path | None]:
+    """The step this job resumes from and its checkpoint (``0, None`` for a fresh start),
+    after checking the checkpoint and the config: the same check for ``resume=auto`` and an
+    explicit ``trainer.resume=<path>``.
+
+    Raises:
+        ResumeConfigError: The checkpoint was written with other values of
             :data:`FROZEN_KEYS`; the message names each key with both values.
+        FileNotFoundError: An explicit checkpoint does not exist.
+        DamagedCheckpointError: An explicit checkpoint is damaged or not kiln's.
     """
     trainer = resolved["trainer"]
-    if trainer.get("resume") != "auto":
+    resume = trainer.get("resume")
+    if resume is None:
         return 0, None
-    found = latest_checkpoint_meta(trainer.get("checkpoint_dir"))
-    if found is None:
-        return 0, None
-    path, meta = found
+    if resume == "auto":
+        found = latest_checkpoint_meta(trainer.get("checkpoint_dir"))
+        if found is None:
+            return 0, None
+        path, meta = found
+    else:
+        path, meta = Path(resume), explicit_checkpoint_meta(resume)
     changes = config_changes(meta.get("config") or {}, resolved)
     if changes:
         raise ResumeConfigError(
@@ -107,6 +142,29 @@ def check_resume(resolved: dict[str, Any]) -> tuple[int, Path | None]:
             "max_steps, max_epochs, logging, validation cadence and the logger may change"
         )
     return int(meta.get("global_step") or 0), path
+
+
+def check_claim(resolved: dict[str, Any], checkpoint: Path | None) -> None:
+    """Refuse now, before any W&B run opens, what ``fit``'s claim of the checkpoint directory
+    would refuse (another run's checkpoints, a lost ``run.json`` nothing rebuilds).
+
+    Raises:
+        CheckpointDirError: The directory cannot hold this run; the message says why.
+    """
+    from kiln.core.checkpoint import read_checkpoint_meta
+    from kiln.core.rundir import plan_claim
+
+    trainer = resolved["trainer"]
+    if trainer.get("checkpoint_dir") is None:
+        return
+    meta = read_checkpoint_meta(checkpoint) if checkpoint is not None else {}
+    plan_claim(
+        trainer["checkpoint_dir"],
+        trainer.get("resume"),
+        meta.get("run_id"),
+        checkpoint,
+        meta.get("global_step"),
+    )
 
 
 def backfill(loggers: list[Any], checkpoint: Path, logged_through: int | None) -> int:
@@ -146,9 +204,9 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
-def begin_attempt(job_dir: str, from_step: int) -> list[dict[str, Any]]:
+def begin_attempt(job_dir: str) -> list[dict[str, Any]]:
     """Add this attempt to ``attempts.json`` (marking an earlier one that left no end as
-    ``killed``) and return the list."""
+    ``killed``) and return the list; its ``from_step`` is set once the resume is checked."""
     path = Path(job_dir) / ATTEMPTS_FILE
     try:
         attempts = json.loads(path.read_text())
@@ -157,14 +215,21 @@ def begin_attempt(job_dir: str, from_step: int) -> list[dict[str, Any]]:
     for attempt in attempts:
         if attempt.get("ended") is None:
             attempt["ended"] = "killed"
-    attempts.append(
-        {"started_at": _now(), "from_step": from_step, "pid": os.getpid(), "ended": None}
-    )
+    attempts.append({"started_at": _now(), "from_step": None, "pid": os.getpid(), "ended": None})
     write_job_json(path, attempts)
     return attempts
 
 
-def end_attempt(job_dir: str, attempts: list[dict[str, Any]], ended: str, step: int) -> None:
-    """Record how this (the last) attempt ended: ``ok``, ``failed``, ``SIGTERM``, ``SIGINT``."""
-    attempts[-1].update(ended=ended, ended_at=_now(), at_step=step)
+def set_from_step(job_dir: str, attempts: list[dict[str, Any]], step: int) -> None:
+    """Record the step this (the last) attempt resumes from."""
+    attempts[-1]["from_step"] = step
+    write_job_json(Path(job_dir) / ATTEMPTS_FILE, attempts)
+
+
+def end_attempt(
+    job_dir: str, attempts: list[dict[str, Any]], ended: str, step: int, **details: Any
+) -> None:
+    """Record how this (the last) attempt ended: ``ok``, ``failed``, ``refused``, ``SIGTERM``,
+    ``SIGINT``, ``requeued`` (``details``: e.g. the error of a refused attempt)."""
+    attempts[-1].update(ended=ended, ended_at=_now(), at_step=step, **details)
     write_job_json(Path(job_dir) / ATTEMPTS_FILE, attempts)

@@ -10,8 +10,9 @@ from kiln.experiments.lifecycle import Lifecycle, Requeued, Terminated
 from kiln.experiments.schema import LoggerConfig
 from kiln.experiments.stages import stage
 from kiln.experiments.tracking.tags import run_tags
+from kiln.experiments.train import preflight
 from kiln.experiments.train import resume as job_resume
-from kiln.experiments.train.worker import global_rank, train
+from kiln.experiments.train.worker import global_rank, in_process, train
 
 SUMMARY_FILE = TRAIN.file
 
@@ -149,10 +150,18 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
     the next step boundary with a checkpoint (``kiln.core.stop``); USR2 then requeues the
     job through submitit (its attempt ``requeued``).
     """
-    try:
-        return _run_job(cfg, job)
-    except Requeued as requeued:
-        return _requeue(job, requeued)
+    from contextlib import nullcontext
+
+    from kiln.experiments.joblock import JobDirBusyError, job_dir_lock
+
+    try:  # the job's one writer holds its directory (released by the OS however it ends)
+        with job_dir_lock(job.output_dir) if global_rank() == 0 else nullcontext():
+            try:
+                return _run_job(cfg, job)
+            except Requeued as requeued:
+                return _requeue(job, requeued)
+    except JobDirBusyError as busy:  # the directory is another process's: write nothing there
+        return {**job.record(TRAIN), **_fields(cfg), "error": str(busy), "error_stage": "config"}
 
 
 def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
@@ -172,8 +181,12 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
         if isinstance(exc, Requeued):
             life.record["status"] = "requeued"  # the next attempt resumes it
         if attempts:
-            end = _attempt_end(exc, life.record)
-            job_resume.end_attempt(job.output_dir, attempts, end, life.record["global_step"])
+            end, details = _attempt_end(exc, life.record), {}
+            if end == "failed" and life.refused:  # nothing trained: the record stays
+                end = "refused"
+                details = {k: life.record[k] for k in ("error", "error_stage")}
+            step = life.record["global_step"]
+            job_resume.end_attempt(job.output_dir, attempts, end, step, **details)
             life.record["attempts"] = attempts
 
     with Lifecycle(
@@ -185,9 +198,12 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
         progress=fit_progress,
         on_exit=record_attempt,
     ) as life:
+        if life.writer:  # first: a refused attempt is listed too
+            attempts.extend(job_resume.begin_attempt(job.output_dir))
         with stage("config"):
-            # Config errors (unresolvable interpolation, out-of-range value, unknown model)
-            # fail here: before a W&B run is opened and before worker processes start.
+            # Config errors (unresolvable interpolation, out-of-range value, unknown model,
+            # a checkpoint or directory the job cannot resume from) fail here: before a W&B
+            # run is opened and before worker processes start.
             if OmegaConf.select(cfg, "trainer.checkpoint_dir") is None:
                 cfg.trainer.resume = None  # checkpoint_dir=null turns checkpoints off
             resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
@@ -196,17 +212,26 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             from kiln.models.plugins import load_plugins
 
             load_plugins(resolved.get("plugins") or [])
-            if resolved["trainer"]["checkpoint_dir"] is not None:
-                check_writable(resolved["trainer"]["checkpoint_dir"])
+            trainer = resolved["trainer"]
+            if trainer["checkpoint_dir"] is not None:
+                check_writable(trainer["checkpoint_dir"])
             from_step, checkpoint = job_resume.check_resume(resolved)
-            if life.writer:
-                attempts.extend(job_resume.begin_attempt(job.output_dir, from_step))
+            if attempts:  # written now: a SIGKILLed attempt leaves no end to say it
+                job_resume.set_from_step(job.output_dir, attempts, from_step)
+            job_resume.check_claim(resolved, checkpoint)
+            preflight.check_accelerator(trainer["accelerator"])
             if resolved.get("model"):
                 from kiln.models import get_model_entry
 
                 get_model_entry(resolved["model"]["name"])
+        with stage("setup"):
+            # the data and model the config describes (a CSV without its label column, labels
+            # the model has no class for, too few rows for a batch): before W&B, too
+            module = preflight.build_checked(resolved)
+            if not in_process(trainer):
+                module = None  # the workers build their own
         with stage("train"):
-            model, trainer = resolved.get("model") or {}, resolved["trainer"]
+            model = resolved.get("model") or {}
             tags = run_tags(
                 model.get("name", "?"),
                 trainer["precision"],
@@ -218,7 +243,7 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             life.track(LoggerConfig(**resolved["logger"]), config=resolved, tags=tags, resume=True)
             if life.tracker is not None and checkpoint is not None:
                 job_resume.backfill(life.loggers, checkpoint, life.tracker.logged_through)
-            result = train(resolved, life.loggers)
+            result = train(resolved, life.loggers, module)
             life.record.update(
                 **{
                     k: result[k]

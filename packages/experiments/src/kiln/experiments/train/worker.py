@@ -15,6 +15,7 @@ import signal
 from typing import Any
 
 from kiln.experiments.build import build_module, seed_before_build
+from kiln.experiments.train.preflight import check_test_split
 
 
 def global_rank() -> int:
@@ -39,12 +40,16 @@ def build_callbacks(resolved: dict[str, Any]) -> list[Any]:
     return [instantiate(specs[name]) for name in sorted(specs) if specs[name] is not None]
 
 
-def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
+def train_worker(
+    resolved: dict[str, Any], loggers: list[Any], module: Any = None
+) -> dict[str, Any]:
     """Train as one process of the job; a top-level function so ``kiln.core.launch`` can pickle it.
 
     Args:
         resolved: The job's resolved config as plain containers.
         loggers: The job's Fabric loggers; only global rank 0 uses them.
+        module: The module ``preflight.build_checked`` built in this process, or ``None``
+            to build it here.
 
     Returns:
         ``kiln.core.FitResult`` as a dict.
@@ -54,13 +59,11 @@ def train_worker(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]
 
     trainer = TrainerConfig(**resolved["trainer"])
     compile_cfg = CompileConfig(**resolved["compile"])
-    seed_before_build(trainer.seed)  # same seed, same starting weights, on every rank and job
-    module = build_module(resolved)
+    if module is None:
+        seed_before_build(trainer.seed)  # same seed, same starting weights, every rank and job
+        module = build_module(resolved)
     init_hash = weights_hash(module)
-    if resolved.get("test_after_fit"):
-        if module.data_module is None:
-            raise ValueError("test_after_fit=true needs a data module with a test split")
-        module.data_module.test_dataloader()  # no test split: fail now, not after training
+    check_test_split(module, resolved)
     if global_rank() == 0:
         for logger in loggers:  # the W&B run's config (a worker process attaches to it)
             try:
@@ -96,21 +99,27 @@ def test_pass(module: Any, step: int, loggers: list[Any]) -> dict[str, float]:
     return metrics
 
 
-def train(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
-    """Train the job: in this process, or in ``trainer.devices`` worker processes it starts."""
-    from kiln.core.launch import launched_externally
-
+def train(resolved: dict[str, Any], loggers: list[Any], module: Any = None) -> dict[str, Any]:
+    """Train the job: in this process (``module``: built already, or ``None``), or in
+    ``trainer.devices`` worker processes it starts (each builds its own)."""
     trainer = resolved["trainer"]
-    if launched_externally():  # torchrun or SLURM tasks: this process is already one rank
-        return train_worker(resolved, loggers)
+    if in_process(trainer):
+        return train_worker(resolved, loggers, module)
     if trainer["num_nodes"] > 1:
         raise ValueError(
             f"trainer.num_nodes={trainer['num_nodes']} needs processes on every node: start the "
             "job with torchrun or launcher=slurm (see packages/experiments/README.md)"
         )
-    if trainer["devices"] > 1:
-        return _launch(resolved, loggers)
-    return train_worker(resolved, loggers)
+    return _launch(resolved, loggers)
+
+
+def in_process(trainer: dict[str, Any]) -> bool:
+    """Whether this process trains (one device, or a rank torchrun or SLURM started), rather
+    than starting ``trainer.devices`` workers."""
+    from kiln.core.launch import launched_externally
+
+    # torchrun or SLURM tasks: this process is already one rank
+    return launched_externally() or trainer["devices"] * trainer["num_nodes"] == 1
 
 
 def _launch(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:

@@ -119,6 +119,7 @@ def test_a_refused_attempt_keeps_the_record_and_the_wandb_run(finished, tmp_path
 # -- 3. one writer per job dir --------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_a_second_process_into_a_busy_job_dir_fails_at_once_naming_the_holder(tmp_path):
     job_dir = tmp_path / "z"
     env = {**os.environ, "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}

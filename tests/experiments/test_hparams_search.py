@@ -38,3 +38,34 @@ def test_three_trial_study_returns_the_metric_to_optuna_and_reports_ranked(tmp_p
     assert [r["rank"] for r in rows] == ["1", "2", "3"]
     assert (sweep / "study_optimizer_lr.png").is_file()
     assert (sweep / "study_optimizer_weight_decay.png").is_file()
+
+
+def test_the_sweeper_direction_follows_optimized_metric_mode():
+    from train_helpers import compose_train
+
+    for mode, direction in (("min", "minimize"), ("max", "maximize")):
+        cfg = compose_train(
+            ["hparams_search=default_lr", f"optimized_metric.mode={mode}"], hydra_config=True
+        )
+        assert cfg.hydra.sweeper.direction == direction
+
+
+def test_a_study_with_mode_max_maximizes(tmp_path):
+    """Optuna's best trial of ``optimized_metric.mode=max`` is the largest value."""
+    args = ["hparams_search=default_lr", *FAST, "hydra.sweeper.n_trials=3"]
+    proc = run_train(
+        [*args, "optimized_metric.name=val/loss", "optimized_metric.mode=max"], tmp_path
+    )
+    assert proc.returncode == 0, explain(proc)
+    losses = [summary(job)["metrics"]["val/loss"] for job in job_dirs(tmp_path)]
+    assert len(set(losses)) == 3
+    results = OmegaConf.load(job_dirs(tmp_path)[0].parent / "optimization_results.yaml")
+    assert results.best_value == max(losses)
+
+
+def test_a_direction_that_contradicts_the_mode_fails_before_any_trial(tmp_path):
+    args = ["hparams_search=default_lr", *FAST, "optimized_metric.mode=max"]
+    proc = run_train([*args, "hydra.sweeper.direction=minimize"], tmp_path)
+    assert proc.returncode == 1, explain(proc)
+    assert "hydra.sweeper.direction=minimize but optimized_metric.mode=max" in proc.stderr
+    assert not (tmp_path / "multirun").exists()  # no trial ran

@@ -221,6 +221,30 @@ def test_one_wandb_run_with_one_row_per_step(killed_twice) -> None:
     assert sorted(steps) == list(range(1, STEPS + 1))
 
 
+def test_wandb_files_reads_every_attempt_of_the_resumed_job_as_one_history(killed_twice) -> None:
+    """``python -m kiln.experiments.tracking.wandb_files <job dir> --history``: the run's
+    info, its final summary and every step's row once, over the job's three attempts."""
+    job_dir, *_ = killed_twice
+    proc = subprocess.run(
+        [sys.executable, "-m", "kiln.experiments.tracking.wandb_files", str(job_dir), "--history"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    decoder, text, docs = json.JSONDecoder(), proc.stdout, []
+    while text.strip():
+        doc, end = decoder.raw_decode(text.lstrip())
+        docs.append(doc)
+        text = text.lstrip()[end:]
+    info, wandb_summary, *rows = docs
+    assert info["id"] == (job_dir / "wandb_run_id").read_text().strip()
+    assert info["attempts"] == 3 and info["exit_code"] == 0
+    assert wandb_summary["status"] == "ok" and wandb_summary["global_step"] == STEPS
+    steps = [row["trainer/global_step"] for row in rows if "train/loss" in row]
+    assert steps == list(range(1, STEPS + 1))
+
+
 def test_resume_refuses_a_changed_model_seed_or_optimizer(killed_twice) -> None:
     job_dir, *_, proc, _ = killed_twice
     assert proc.returncode == 0, explain(proc)

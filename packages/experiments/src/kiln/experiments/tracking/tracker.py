@@ -40,7 +40,8 @@ class Tracker:
     Args:
         cfg: The ``logger`` config.
         job: The job's identity (output dir, overrides, sweep).
-        config: The resolved config, stored as the W&B run's config.
+        config: The resolved config, stored as the W&B run's config (with the job's Hydra
+            choices and overrides under ``hydra``: :attr:`run_config`).
         tags: Tags for this run (e.g. ``["model:minilm-cls", "precision:32-true"]``).
         name: Run name; defaults to ``job.run_name`` (made from the overrides).
         resume: Keep the run's id in the job directory and continue that run when the job
@@ -111,7 +112,7 @@ class Tracker:
             name=self.name,
             tags=self.tags,
             notes=self.cfg.notes,
-            config=self.config,
+            config=self.run_config,
             dir=self.job.output_dir,
             mode=self.cfg.mode,
             reinit="create_new",  # sweeps run several jobs in one process, one run each
@@ -123,6 +124,16 @@ class Tracker:
         from kiln.experiments.tracking.wandb_logger import KilnWandbLogger
 
         self.loggers = [KilnWandbLogger(experiment=self.run, skip_through=self.logged_through)]
+
+    @property
+    def run_config(self) -> dict[str, Any]:
+        """The W&B config: the given config, plus the job's Hydra choices and overrides
+        (``hydra.choices.compile``, ``hydra.overrides``) where it has any: what a chart groups
+        or filters runs by."""
+        if not (self.job.choices or self.job.overrides) or "hydra" in self.config:
+            return self.config
+        hydra = {"choices": dict(self.job.choices), "overrides": list(self.job.overrides)}
+        return {**self.config, "hydra": hydra}
 
     def summarize(self, values: dict[str, Any]) -> None:
         """Write ``values`` (final metrics, telemetry, status) into the run's summary."""

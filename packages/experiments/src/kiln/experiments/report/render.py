@@ -53,8 +53,11 @@ def machine_lines(records: Sequence[dict[str, Any]]) -> list[str]:
     return seen
 
 
-def print_rows(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    """Print ``rows`` (dicts) as a rich table titled ``title``, one column per ``columns``."""
+def print_rows(
+    title: str, rows: Sequence[dict[str, Any]], columns: Sequence[str], width: int | None = None
+) -> None:
+    """Print ``rows`` (dicts) as a rich table titled ``title``, one column per ``columns``
+    (``width``: at most that many characters a line, cells folded to fit)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -63,4 +66,4 @@ def print_rows(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[str
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(*(fmt(row.get(c), c) for c in columns))
-    Console(width=max(160, sum(len(c) + 3 for c in columns))).print(table)
+    Console(width=width or max(160, sum(len(c) + 3 for c in columns))).print(table)

@@ -96,7 +96,12 @@ def build_report(
         ``{"files": [paths written], "tables": {name: (columns, rows)}, "plots": [pngs],
         "records": [all job records]}``.
     """
-    from kiln.experiments.report.plots import loss_plot, speedup_bars, throughput_bars
+    from kiln.experiments.report.plots import (
+        loss_plot,
+        ratio_plots,
+        speedup_bars,
+        throughput_bars,
+    )
 
     sweep = load_sweep(sweep_dir)
     out = Path(out_dir) if out_dir is not None else sweep.root
@@ -170,32 +175,6 @@ def build_report(
         print_tables({**tables, **shown}, ", ".join(f.name for f in files if f.suffix != ".png"))
         print(f"wrote into {out}: {', '.join(f.name for f in files)}")
     return {"files": files, "tables": tables, "plots": plots, "records": records}
-
-
-def ratio_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    """``train_speedup.png`` (the compiled runs' speedup against eager) and
-    ``scaling.png`` (the scaling efficiency of the runs on more devices than their base),
-    each with its interval, where the sweep has such runs."""
-    from kiln.experiments.report.plots import ratio_bars
-
-    plots, runs = [], [str(r["run"]) for r in rows]
-    compiled = [r for r in rows if r["speedup_vs_eager"] and r["compile_mode"] != "none"]
-    if compiled:
-        columns = ("speedup_vs_eager", "speedup_ci_low", "speedup_ci_high", "speedup_noise")
-        png, title = out / "train_speedup.png", "torch.compile speedup against eager"
-        ylabel = "speedup (eager step time / compiled)"
-        plots.append(ratio_bars(compiled, png, title, columns, ylabel, "1.0 = eager run", runs))
-    scaled = [
-        r
-        for r in rows
-        if r["scaling_efficiency"] and (r["scaling_ci_low"] is not None or r["scaling_noise"])
-    ]
-    if scaled:
-        columns = ("scaling_efficiency", "scaling_ci_low", "scaling_ci_high", "scaling_noise")
-        png, title = out / "scaling.png", "scaling efficiency against the fewest devices"
-        ylabel = "throughput per device / the base run's"
-        plots.append(ratio_bars(scaled, png, title, columns, ylabel, "1.0 = linear scaling", runs))
-    return plots
 
 
 def study_section(

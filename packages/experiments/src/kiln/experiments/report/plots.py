@@ -286,6 +286,30 @@ def ratio_figure(
     return fig
 
 
+def ratio_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
+    """``train_speedup.png`` (the compiled runs' speedup against eager) and
+    ``scaling.png`` (the scaling efficiency of the runs on more devices than their base),
+    each with its interval, where the sweep has such runs."""
+    plots, runs = [], [str(r["run"]) for r in rows]
+    compiled = [r for r in rows if r["speedup_vs_eager"] and r["compile_mode"] != "none"]
+    if compiled:
+        columns = ("speedup_vs_eager", "speedup_ci_low", "speedup_ci_high", "speedup_noise")
+        png, title = out / "train_speedup.png", "torch.compile speedup against eager"
+        ylabel = "speedup (eager step time / compiled)"
+        plots.append(ratio_bars(compiled, png, title, columns, ylabel, "1.0 = eager run", runs))
+    scaled = [
+        r
+        for r in rows
+        if r["scaling_efficiency"] and (r["scaling_ci_low"] is not None or r["scaling_noise"])
+    ]
+    if scaled:
+        columns = ("scaling_efficiency", "scaling_ci_low", "scaling_ci_high", "scaling_noise")
+        png, title = out / "scaling.png", "scaling efficiency against the fewest devices"
+        ylabel = "throughput per device / the base run's"
+        plots.append(ratio_bars(scaled, png, title, columns, ylabel, "1.0 = linear scaling", runs))
+    return plots
+
+
 def _with(values: list[float], rows: Sequence[dict[str, Any]]) -> Any:
     return zip(values, rows, strict=True)
 

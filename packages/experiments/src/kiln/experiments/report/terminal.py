@@ -16,6 +16,8 @@ from kiln.experiments.report.render import print_rows
 
 WIDTH = 100
 """Printed tables fit this many columns."""
+CELL_WIDTH = 10
+"""Printed columns other than ``run`` are at most this wide (wider cells wrap)."""
 MAX_METRICS = 2
 """At most this many final-metric columns (``val/...``) in the printed training table."""
 COLUMNS = {
@@ -99,5 +101,24 @@ def print_tables(tables: dict[str, tuple[list[str], list[dict[str, Any]]]], file
             labels, _ = differing_labels([str(r.get("run")) for r in rows], sep=" ")
             rows = [{**row, "run": label} for row, label in zip(rows, labels, strict=True)]
         cells = [{HEADERS.get(c, c): fmt(r.get(c), c) for c in shown} for r in rows]
-        print_rows(name, cells, [HEADERS.get(c, c) for c in shown], width=WIDTH)
+        headers = [HEADERS.get(c, c) for c in shown]
+        print_rows(name, cells, headers, WIDTH, _widths(cells, headers))
     print(textwrap.fill(f"all columns: {files}", WIDTH))
+
+
+def _widths(cells: list[dict[str, str]], headers: list[str]) -> dict[str, int] | None:
+    """Column widths that give ``run`` (the label that tells rows apart) what the other
+    columns leave of :data:`WIDTH`; ``None`` (rich decides) when that is too little."""
+    if "run" not in headers:
+        return None
+    widths = {}
+    for header in headers:
+        texts = [header, *(c[header] for c in cells)]
+        longest_word = max(len(word) for text in texts for word in text.split() or [""])
+        widths[header] = max(longest_word, min(max(map(len, texts)), CELL_WIDTH))
+    others = sum(w for h, w in widths.items() if h != "run")
+    left = WIDTH - others - 3 * len(headers) - 1  # "│ " and " " around each cell, "│" at the end
+    if left < 10:
+        return None
+    widths["run"] = min(left, max(len(c["run"]) for c in cells))
+    return widths

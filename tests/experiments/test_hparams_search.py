@@ -86,7 +86,7 @@ def test_study_plots_put_log_searched_parameters_on_a_log_axis_and_mark_the_best
     for param, scale in (("optimizer.lr", "log"), ("optimizer.weight_decay", "linear")):
         ax = scatter_figure(**specs[param]).axes[0]
         assert ax.get_xscale() == scale
-        (star,) = [c for c in ax.collections if c.get_label() == "best trial"]
+        (star,) = [c for c in ax.collections if c.get_label().startswith("best trial: ")]
         assert tuple(star.get_offsets()[0]) == pytest.approx(specs[param]["best"])
     assert report_main([str(root), "--quiet"]) == 0
     assert (root / "study_optimizer_lr.png").is_file()

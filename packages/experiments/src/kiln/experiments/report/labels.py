@@ -37,13 +37,26 @@ def differing_labels(names: Sequence[str], sep: str = ",") -> tuple[list[str], l
         sep: What joins a label's overrides.
 
     Returns:
-        One label per name (``"compile=default"``; a run that differs in nothing keeps its
-        whole name) and the shared overrides, in first-seen order (for a caption).
+        One label per name (``"compile=default"``, floats :func:`short`; a run that differs
+        in nothing keeps its whole name) and the shared overrides, in first-seen order (for a
+        caption).
     """
     split = [split_overrides(n) for n in names]
     shared = [o for o in (split[0] if len(split) > 1 else []) if all(o in s for s in split[1:])]
     labels = [
-        sep.join(o for o in parts if o not in shared) or name
+        sep.join(short(o) for o in parts if o not in shared) or name
         for parts, name in zip(split, names, strict=True)
     ]
     return labels, shared
+
+
+def short(override: str) -> str:
+    """``"optimizer.lr=0.00018662266976517952"`` -> ``"optimizer.lr=0.0001866"``: a float
+    value to 4 significant digits (a study's sampled values), anything else as it is."""
+    key, eq, value = override.partition("=")
+    if not eq or len(value) <= 8:
+        return override
+    try:
+        return f"{key}={float(value):.4g}"
+    except ValueError:
+        return override

@@ -384,19 +384,14 @@ def scatter_figure(
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     ax.scatter(xs, ys, label="trial", color="C0")
     if best is not None:
-        ax.scatter(
-            [best[0]], [best[1]], marker="*", s=220, color="C3", zorder=3, label="best trial"
-        )
-        ax.annotate(
-            f"{best[0]:.3g}", best, textcoords="offset points", xytext=(8, 6), fontsize="small"
-        )
+        label = f"best trial: {xlabel}={best[0]:.4g}, {ylabel}={best[1]:.4g}"
+        ax.scatter([best[0]], [best[1]], marker="*", s=220, color="C3", zorder=3, label=label)
     positive = [x for x in xs if x > 0]
     if log_x is None:
         log_x = bool(positive) and len(positive) == len(xs) and max(positive) / min(positive) > 100
     if log_x:
         ax.set_xscale("log")
     ax.set(title=title, xlabel=xlabel + (" (log scale)" if log_x else ""), ylabel=ylabel)
-    ax.margins(0.12)  # room for the best trial's label inside the axes
     ax.grid(alpha=0.3)
     _legend_outside(ax)
     return fig

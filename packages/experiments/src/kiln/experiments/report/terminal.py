@@ -120,5 +120,5 @@ def _widths(cells: list[dict[str, str]], headers: list[str]) -> dict[str, int] |
     left = WIDTH - others - 3 * len(headers) - 1  # "│ " and " " around each cell, "│" at the end
     if left < 10:
         return None
-    widths["run"] = min(left, max(len(c["run"]) for c in cells))
+    widths["run"] = min(left, max(len(text) for text in ["run", *(c["run"] for c in cells)]))
     return widths

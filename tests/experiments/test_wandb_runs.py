@@ -72,3 +72,20 @@ def test_kiln_report_wandb_keeps_one_run_per_sweep_with_a_comparison_table(sweep
     compiled = speedups["default"]
     assert compiled["value"] > 0 and compiled["ci_low"] <= compiled["ci_high"]
     assert compiled["flag"].startswith("noise: ")  # 3 measured steps: never a bare result
+
+
+def test_a_rerun_waits_for_the_attempt_before_to_let_go_of_the_run(tmp_path):
+    """W&B's service holds a killed attempt's run a few seconds after its process died; a
+    job re-run into its directory at once waits for it instead of failing ("run ID ... is
+    in use")."""
+    import threading
+
+    from kiln.experiments.job import JobInfo
+    from kiln.experiments.schema import LoggerConfig
+    from kiln.experiments.tracking.tracker import Tracker
+
+    job = JobInfo(output_dir=str(tmp_path))
+    before = Tracker(LoggerConfig(), job, resume=True).start()
+    threading.Timer(2.0, before.finish).start()  # lets go of the run while the next waits
+    with Tracker(LoggerConfig(), job, resume=True) as again:
+        assert again.run.id == before.run.id

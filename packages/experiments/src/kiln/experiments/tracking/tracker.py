@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ STEP_METRIC = "trainer/global_step"
 
 RUN_ID_FILE = "wandb_run_id"
 """The job directory's W&B run id: one run per job, across restarts."""
+RUN_IN_USE_WAIT_S = 60.0
+"""How long a resumed job waits for the attempt before it to let go of their W&B run."""
 
 
 class Tracker:
@@ -102,7 +105,8 @@ class Tracker:
         if self.resume:
             id_file.parent.mkdir(parents=True, exist_ok=True)
             id_file.write_text(run_id + "\n")
-        self.run = wandb.init(
+        self.run = _init_when_free(
+            wandb,
             id=run_id,
             resume="allow",
             project=self.cfg.project,
@@ -177,6 +181,20 @@ class Tracker:
             "project": self.cfg.project,
             "group": self.cfg.group or self.job.group,
         }
+
+
+def _init_when_free(wandb: Any, **kwargs: Any) -> Any:
+    """``wandb.init(**kwargs)``, waiting up to :data:`RUN_IN_USE_WAIT_S` while W&B's service
+    says the run is in use: a killed attempt's stream outlives its process by a few seconds
+    (until the service sees it gone), and a re-run started at once would fail."""
+    deadline = time.monotonic() + RUN_IN_USE_WAIT_S
+    while True:
+        try:
+            return wandb.init(**kwargs)
+        except Exception as exc:
+            if "is in use" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:

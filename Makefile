@@ -1,6 +1,7 @@
 # kiln: two commands on a fresh machine with Python 3.11+ and pip.
 #   make train   the embedded default run (packaged MiniLM on kiln's generated text, CPU)
-#   make test    the test suite
+#   make test    the fast tier of the test suite (under 10 minutes)
+#   make test-all  the full tier: + real-process and SLURM tests (what CI runs)
 #   make bench   a small compile x precision benchmark sweep on the CPU, and its report
 #   make test-slurm  start a local single-node SLURM cluster (root), then the `slurm` tests
 # Both install what they need first (uv itself included) from the committed uv.lock.
@@ -18,9 +19,9 @@ export TOKENIZERS_PARALLELISM ?= false
 
 BENCH_DIR := outputs/bench/$(shell date +%Y-%m-%d_%H-%M-%S)
 
-.PHONY: setup train test test-slurm test-all bench lint format clean
+.PHONY: setup train test test-all test-slow test-slurm bench lint format clean
 
-# `make test` runs the `slurm` tests too when a SLURM cluster answers (CI starts one).
+# `make test-all` runs the `slurm` tests too when a SLURM cluster answers (CI starts one).
 SLURM_UP = $(shell scripts/slurm_local.sh status >/dev/null 2>&1 && echo 1)
 
 setup: $(STAMP)
@@ -34,8 +35,18 @@ $(STAMP): uv.lock pyproject.toml packages/core/pyproject.toml packages/models/py
 train: setup
 	$(RUN) kiln-train $(ARGS)
 
+# The fast tier: every guarantee at least once, in-process where the process is not the point.
 test: setup
+	$(RUN) pytest -m "not slow and not gpu and not process and not slurm" $(ARGS)
+
+# The full tier: + the tests whose point is a real process (signals, SIGKILL, exit codes,
+# worker launches) and, when a cluster answers, SLURM's. `.ci/run` calls it.
+test-all: setup
 	$(RUN) pytest -m "not slow and not gpu$(if $(SLURM_UP),, and not slurm)" $(ARGS)
+
+# Multi-minute launches and compiles; GPU tests skip themselves without a GPU.
+test-slow: setup
+	$(RUN) pytest -m "slow or gpu" $(ARGS)
 
 test-slurm: setup
 	scripts/slurm_local.sh
@@ -47,9 +58,6 @@ bench: setup
 	-$(RUN) kiln-bench -m model=bert-tiny-cls,llama-tiny-lm,vit-tiny compile=none,default \
 		precision=32-true,bf16-mixed hydra.sweep.dir=$(BENCH_DIR) $(ARGS)
 	$(RUN) kiln-report $(BENCH_DIR)
-
-test-all: setup
-	$(RUN) pytest $(ARGS)
 
 lint: setup
 	$(RUN) ruff check .

@@ -8,6 +8,8 @@ normalised by its own token count. Under ``64-true`` kiln must match it to float
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from toy import ToyTokenModule, reference_run, weights
@@ -72,6 +74,20 @@ def test_partial_last_window_is_stepped_and_normalised_by_its_own_tokens() -> No
     assert result.global_step == 5 and result.epoch == 1
     assert_exact(got, want)
     assert_logged_losses(result, losses)
+
+
+def test_a_window_longer_than_the_epoch_is_said_once_in_the_log(caplog) -> None:
+    # 8 micro-batches of 2 per epoch, windows of 20: each step is one whole epoch
+    kw = dict(n=16, batch_size=2, lr=0.01, optimizer="adamw")
+    with caplog.at_level(logging.WARNING):
+        _, result = run_kiln(ToyTokenModule(**kw), max_steps=3, accumulate_grad_batches=20)
+    assert result.global_step == 3 and result.epoch == 3  # three epochs done
+    said = [r.getMessage() for r in caplog.records if "accumulate_grad_batches" in r.getMessage()]
+    assert said == [
+        "trainer.accumulate_grad_batches=20 is more than the 8 micro-batches of an epoch "
+        "(per rank): every optimizer step is a partial window of 8 micro-batches, one step per "
+        "epoch (the update of one batch of all 8)"
+    ]
 
 
 def test_mean_of_micro_batch_means_would_differ() -> None:

@@ -194,6 +194,42 @@ def test_best_checkpoint_holds_the_weights_of_the_best_step(tmp_path: Path) -> N
     assert set(recorded.named) == {"best.ckpt"}
 
 
+def assert_same(a, b, where: str = "checkpoint") -> None:
+    """Two checkpoint trees hold the same values (tensors bit for bit)."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and sorted(a) == sorted(b), (where, sorted(a), sorted(b))
+        for key in a:
+            assert_same(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, list | tuple):
+        assert type(a) is type(b) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, (where, a, b)
+
+
+def test_best_checkpoint_holds_what_the_step_checkpoint_of_its_step_holds(tmp_path: Path) -> None:
+    """best.ckpt used to be written inside on_validation_metrics, before the callbacks after
+    BestCheckpoint had seen the metrics: it carried EarlyStopping's state of the step before
+    ({'best': 5.0, 'best_step': 4, 'wait': 2} where step-00000007.ckpt has 6.0, 7, 0)."""
+    scores = [1, 3, 2, 5, 4, 4.5, 6, 0]
+    script = {step: float(v) for step, v in enumerate(scores, start=1)}
+    trainer = cfg(
+        max_steps=8,
+        val_every_n_steps=1,
+        checkpoint_dir=str(tmp_path),
+        checkpoint_every_n_steps=1,
+        keep_last_k=8,
+    )
+    callbacks = [BestCheckpoint("val/score", "max"), EarlyStopping("val/score", "max", patience=5)]
+    fit(ScriptedToy(script), trainer, callbacks=callbacks)
+    best, step = load(tmp_path / "best.ckpt"), load(tmp_path / "step-00000007.ckpt")
+    assert best["callbacks"]["EarlyStopping"] == {"best": 6.0, "best_step": 7, "wait": 0}
+    assert_same(best, step)
+
+
 def test_best_checkpoint_resumes_with_its_best_value(tmp_path: Path) -> None:
     script = {1: 0.1, 2: 0.5, 3: 0.3, 4: 0.4, 5: 0.45}
     trainer = cfg(max_steps=3, val_every_n_steps=1, checkpoint_dir=str(tmp_path))

@@ -5,6 +5,7 @@ exactly from the newest intact checkpoint (compared with an uninterrupted run)."
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 import zipfile
@@ -83,6 +84,27 @@ def test_explicit_damaged_or_foreign_checkpoint_fails_naming_it(tmp_path, refere
     with pytest.raises(DamagedCheckpointError, match=str(foreign)) as error:
         fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path / "b", STEPS, resume=str(foreign)))
     assert "weights_only" not in str(error.value)
+
+
+def test_explicit_resume_of_a_directory_says_so_and_what_to_pass(tmp_path, reference) -> None:
+    """``trainer.resume=<a directory>`` used to say the checkpoint was "damaged ... the file
+    is incomplete or unreadable (truncated?)"."""
+    shutil.copytree(reference["stopped"], tmp_path / "stopped")
+    ckpt = tmp_path / "stopped" / "ckpt"
+    newest = ckpt / "step-00000006.ckpt"  # the newest run.json records
+    said = (
+        f"checkpoint {ckpt} is a directory, not a checkpoint: pass one of its checkpoint files "
+        f"(newest: {newest}); to resume a run from its newest intact checkpoint, "
+        f"trainer.resume=auto with trainer.checkpoint_dir={ckpt}"
+    )
+    with pytest.raises(IsADirectoryError, match=re.escape(said)):
+        fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path / "a", STEPS, resume=str(ckpt)))
+    with pytest.raises(IsADirectoryError, match=re.escape(said)):
+        read_checkpoint_meta(ckpt)  # what kiln-train reads before the run starts
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(IsADirectoryError, match=f"{empty} is a directory.*holds no checkpoint"):
+        fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path / "b", STEPS, resume=str(empty)))
 
 
 def test_a_fresh_run_refuses_a_directory_of_another_run(tmp_path, reference) -> None:

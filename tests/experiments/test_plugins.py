@@ -50,6 +50,7 @@ def test_unknown_model_error_says_how_to_register_one():
     assert "plugins=[" in message
 
 
+@pytest.mark.process
 def test_entry_point_plugin_model_trains_in_two_worker_processes(installed, tmp_path):
     # The spawned workers import nothing of the user's: they must load the entry point.
     proc = run_train([*IMAGE, "trainer.devices=2"], tmp_path, env=installed)

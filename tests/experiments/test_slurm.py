@@ -109,15 +109,83 @@ def test_one_slurm_task_for_two_devices_fails_naming_both_numbers(tmp_path):
     assert record["global_step"] == 0 and not record["history"]
 
 
-def _wait_for_step(sweep: subprocess.Popen, sweep_dir: Path, step: int) -> str:
-    """Wait until the job's task log shows ``step``; returns the SLURM job id."""
+def _wait_for_log(sweep: subprocess.Popen, sweep_dir: Path, text: str) -> str:
+    """Wait until the job's rank-0 task log shows ``text``; returns the SLURM job id."""
     deadline = time.monotonic() + 900
     while True:
-        assert sweep.poll() is None and time.monotonic() < deadline, f"no step {step} in time"
+        assert sweep.poll() is None and time.monotonic() < deadline, f"no {text!r} in time"
         logs = list(sweep_dir.glob(".submitit/*/*_0_log.out"))  # rank 0
-        if logs and f"step {step}/" in logs[0].read_text():
+        if logs and text in logs[0].read_text():
             return logs[0].parent.name
-        time.sleep(0.1)
+        time.sleep(0.05)
+
+
+def _wait_for_step(sweep: subprocess.Popen, sweep_dir: Path, step: int) -> str:
+    """Wait until the job's task log shows ``step``; returns the SLURM job id."""
+    return _wait_for_log(sweep, sweep_dir, f"step {step}/")
+
+
+def _start_sweep(tmp_path: Path, args: list[str]) -> tuple[subprocess.Popen, Path]:
+    """``kiln-train -m launcher=slurm <args>`` in the background (its output in sweep.log)."""
+    slurm = ["-m", "launcher=slurm", "hydra.launcher.partition=debug", *args]
+    sweep_dir = tmp_path / "slurm"
+    env = {**os.environ, "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
+    cmd = [sys.executable, "-m", "kiln.experiments.train", *slurm, f"hydra.sweep.dir={sweep_dir}"]
+    log = (tmp_path / "sweep.log").open("w")
+    sweep = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    return sweep, sweep_dir
+
+
+def _end(sweep: subprocess.Popen, timeout: float) -> None:
+    """Wait for the sweep (killed, with its SLURM jobs left alone, when it overruns)."""
+    try:
+        sweep.wait(timeout=timeout)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
+
+
+STARTING = ["trainer.accelerator=cpu", "debug=fast", "trainer.max_steps=4"]
+STARTING += ["compile.backend=aot_eager"]
+
+
+def test_usr2_while_the_job_starts_requeues_it(tmp_path):
+    """USR2 while submitit loads the job's pickle (before submitit or kiln installed a
+    handler) used to kill both tasks (``srun: error: tasks 0-1: User defined signal 2``):
+    no requeue, no job dir, and the submitter polled for ever. Now the job's first act
+    defers it, and submitit requeues the job once it can."""
+    sweep, sweep_dir = _start_sweep(tmp_path, TWO_TASKS[2:])
+    job_id = _wait_for_log(sweep, sweep_dir, "Loading pickle")
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=60)
+    _end(sweep, timeout=900)
+    output = (tmp_path / "sweep.log").read_text()[-6000:]
+    assert sweep.returncode == 0, output
+    record = summary(sweep_dir / "0")
+    assert record["status"] == "ok" and record["global_step"] == 4, record["error"]
+    assert record["devices"] == 2
+    job = subprocess.run(
+        ["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=60
+    ).stdout
+    assert "Restarts=1" in job, job
+    # both attempts: SLURM appends to a requeued job's logs
+    folder = sweep_dir / ".submitit" / job_id
+    log = "".join((folder / f"{job_id}_0_log.{ext}").read_text() for ext in ("out", "err"))
+    assert "kiln: SIGUSR2 while the job starts: it requeues once started" in log, log
+    assert f"Requeued job {job_id}" in log, log
+
+
+def test_a_job_killed_while_it_starts_fails_the_sweep_instead_of_a_wait_for_ever(tmp_path):
+    """A job that dies without a result (SIGKILL, here at start-up) is one SLURM no longer
+    runs: without accounting (no ``sacct``) submitit read its state UNKNOWN for ever."""
+    sweep, sweep_dir = _start_sweep(tmp_path, STARTING)
+    job_id = _wait_for_log(sweep, sweep_dir, "Loading pickle")
+    subprocess.run(["scancel", "--signal=KILL", job_id], check=True, timeout=60)
+    _end(sweep, timeout=300)
+    output = (tmp_path / "sweep.log").read_text()
+    assert sweep.returncode == 1, output[-6000:]
+    assert f"SLURM job {job_id} (sweep job #0" in output, output[-6000:]
+    assert "without a result: it died before kiln could record it" in output, output[-6000:]
 
 
 def test_usr2_requeues_the_job_which_resumes_exactly_in_one_wandb_run(tmp_path):
@@ -134,12 +202,7 @@ def test_usr2_requeues_the_job_which_resumes_exactly_in_one_wandb_run(tmp_path):
         "trainer.checkpoint_every_n_steps=1000",
         "trainer.log_every_n_steps=1",
     ]
-    slurm = ["-m", "launcher=slurm", "hydra.launcher.partition=debug", *args]
-    sweep_dir = tmp_path / "slurm"
-    env = {**os.environ, "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
-    cmd = [sys.executable, "-m", "kiln.experiments.train", *slurm, f"hydra.sweep.dir={sweep_dir}"]
-    log = (tmp_path / "sweep.log").open("w")
-    sweep = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    sweep, sweep_dir = _start_sweep(tmp_path, args)
     job_id = _wait_for_step(sweep, sweep_dir, 2)
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=60)
     sweep.wait(timeout=1500)

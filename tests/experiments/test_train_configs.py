@@ -134,7 +134,7 @@ def test_slurm_launcher_maps_nodes_and_devices_to_tasks():
         ["launcher=slurm", "trainer.num_nodes=2", "trainer.devices=4"], hydra_config=True
     )
     launcher = cfg.hydra.launcher
-    assert launcher._target_.endswith("SlurmLauncher")
+    assert launcher._target_ == "hydra_plugins.kiln_slurm_launcher.KilnSlurmLauncher"
     assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node) == (2, 4, 4)
 
 

@@ -47,6 +47,35 @@ def test_bad_learning_rate_fails_validation_naming_the_key(lr):
         validate(cfg)
 
 
+@pytest.mark.parametrize("norm", ["nan", "inf", "-1.0", "0"])
+def test_bad_gradient_clip_norm_fails_validation_naming_the_key(norm):
+    """``nan <= 0`` is False: a NaN clip norm used to pass and fail steps later as
+    NonFiniteGradientError."""
+    cfg = compose_train([f"trainer.gradient_clip_norm={norm}"])
+    cfg.paths.output_dir = "/tmp/kiln-compose-test"
+    with pytest.raises(
+        ValueError,
+        match=r"trainer.gradient_clip_norm=.* is not valid; use a finite positive float, or "
+        "null to disable clipping",
+    ):
+        validate(cfg)
+
+
+def test_a_negative_label_fails_before_training_naming_file_column_and_line(tmp_path):
+    """It used to fail mid-training: ``IndexError: Target -1 is out of bounds``."""
+    data = tmp_path / "reviews.csv"
+    data.write_text("text,label\n" + "good film,1\nbad film,0\n" * 8 + "awful,-1\n")
+    proc = run_train(
+        [*FAST, "model=bert-tiny-cls", f"data.dataset={data}", "data.batch_size=4"], tmp_path
+    )
+    assert proc.returncode == 1, explain(proc)
+    (job_dir,) = job_dirs(tmp_path)
+    record = summary(job_dir)
+    said = f"ValueError: dataset file '{data}', column 'label': line 18 (row 16) has label -1; "
+    assert record["error"] == said + "labels are class indices (integers >= 0) or class names"
+    assert record["global_step"] == 0 and record["history"] == []
+
+
 def test_a_config_error_is_printed_once_and_opens_no_wandb_run(tmp_path):
     proc = run_train([*FAST, "optimizer.lr=nan"], tmp_path, timeout=300)
     assert proc.returncode == 1, explain(proc)

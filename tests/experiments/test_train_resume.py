@@ -112,15 +112,18 @@ def killed_twice(tmp_path_factory):
     return job_dir, killed, terminated, terminated_summary, proc, summary(log_dir / "plain")
 
 
+@pytest.mark.process
 def test_sigterm_exits_143_and_is_recorded(killed_twice) -> None:
     _, killed, terminated, record, *_ = killed_twice
     assert killed == -signal.SIGKILL
     assert terminated == 143
     assert record["status"] == "failed"
     assert record["error"] == "Terminated: terminated by SIGTERM"
+    assert (record["stop_reason"], record["stop_signal"]) == ("signal", "SIGTERM")
     assert [a["ended"] for a in record["attempts"]] == ["killed", "SIGTERM"]
 
 
+@pytest.mark.process
 def test_sigterm_checkpoints_at_its_step_and_the_resume_is_exact(killed_twice) -> None:
     """SIGTERM stops the run at the next step boundary with a checkpoint there (none was due:
     every 1000 steps), and the re-run resumes from it to the end of an uninterrupted run."""
@@ -137,6 +140,7 @@ def test_sigterm_checkpoints_at_its_step_and_the_resume_is_exact(killed_twice) -
     assert record["metrics"] == plain["metrics"]
 
 
+@pytest.mark.process
 def test_ctrl_c_on_two_devices_stops_both_workers_at_a_step_with_a_checkpoint(tmp_path) -> None:
     """A terminal's Ctrl-C reaches the job's process group; torch's agent relays it to the
     workers, which stop at one step boundary and hand their result back (they once waited
@@ -162,6 +166,7 @@ def test_ctrl_c_on_two_devices_stops_both_workers_at_a_step_with_a_checkpoint(tm
     assert [row["step"] for row in record["history"]] == list(range(1, STEPS + 1))
 
 
+@pytest.mark.process
 def test_a_killed_two_device_job_leaves_a_checkpoint_and_no_worker(tmp_path) -> None:
     """SIGKILL to the job's process: torch's parent-death signal (one SIGINT per exiting
     thread of the killed process) stops its workers at one step boundary with a checkpoint
@@ -190,6 +195,7 @@ def test_a_killed_two_device_job_leaves_a_checkpoint_and_no_worker(tmp_path) -> 
     assert (job_dir / "checkpoints" / f"step-{step:08d}.ckpt").is_file()
 
 
+@pytest.mark.process
 def test_resumed_job_keeps_full_history_and_attempts(killed_twice) -> None:
     job_dir, _, _, _, proc, _ = killed_twice
     assert proc.returncode == 0, explain(proc)
@@ -199,11 +205,13 @@ def test_resumed_job_keeps_full_history_and_attempts(killed_twice) -> None:
     assert [row["step"] for row in record["history"]] == list(range(1, STEPS + 1))
     attempts = record["attempts"]
     assert [a["ended"] for a in attempts] == ["killed", "SIGTERM", "ok"]
+    assert (record["stop_reason"], record["stop_signal"]) == ("max_steps", None)
     assert attempts[0]["from_step"] == 0
     assert 0 < attempts[1]["from_step"] < attempts[2]["from_step"] < STEPS
     assert attempts[1]["from_step"] % 5 == 0  # the SIGKILLed attempt's periodic checkpoint
 
 
+@pytest.mark.process
 def test_one_wandb_run_with_one_row_per_step(killed_twice) -> None:
     job_dir, *_ = killed_twice
     run_id = (job_dir / "wandb_run_id").read_text().strip()
@@ -221,6 +229,7 @@ def test_one_wandb_run_with_one_row_per_step(killed_twice) -> None:
     assert sorted(steps) == list(range(1, STEPS + 1))
 
 
+@pytest.mark.process
 def test_wandb_files_reads_every_attempt_of_the_resumed_job_as_one_history(killed_twice) -> None:
     """``python -m kiln.experiments.tracking.wandb_files <job dir> --history``: the run's
     info, its final summary and every step's row once, over the job's three attempts."""
@@ -245,6 +254,7 @@ def test_wandb_files_reads_every_attempt_of_the_resumed_job_as_one_history(kille
     assert steps == list(range(1, STEPS + 1))
 
 
+@pytest.mark.process
 def test_resume_refuses_a_changed_model_seed_or_optimizer(killed_twice) -> None:
     job_dir, *_, proc, _ = killed_twice
     assert proc.returncode == 0, explain(proc)

@@ -56,11 +56,39 @@ def test_single_run_writes_summary_and_one_offline_wandb_run(tmp_path):
     assert run["name"] == ",".join([*FAST, "precision=bf16-mixed"])
     wb_summary = wandb_files.read_summary(wandb_run_dirs(job_dir)[0])
     assert wb_summary["status"] == "ok"
+    assert record["stop_reason"] == wb_summary["stop_reason"] == "max_steps"
     assert wb_summary["val/accuracy"] == pytest.approx(record["metrics"]["val/accuracy"])
     assert "telemetry/compile_time_s" in wb_summary
     assert "kiln-train" in proc.stdout and "val/accuracy" in proc.stdout  # the final table
     # everything stays in the job directory (hydra.job.chdir=False writes nothing to cwd)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+
+
+def test_an_early_stopped_run_says_why_in_its_summary_table_and_wandb_run(tmp_path):
+    """The issue's reproduction: it stopped at step 2 of 6 and the record only said
+    ``status: ok, global_step: 2``."""
+    stop = [
+        "model=bert-tiny-cls",
+        "debug=fast",
+        "callbacks=[ema,early_stopping]",
+        "callbacks.early_stopping.patience=1",
+        "callbacks.early_stopping.monitor=val/accuracy",
+        "callbacks.early_stopping.mode=max",
+        "trainer.val_every_n_steps=1",
+        "compile.backend=aot_eager",
+    ]
+    proc = run_train(stop, tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    (job_dir,) = job_dirs(tmp_path)
+    record = summary(job_dir)
+    assert record["status"] == "ok" and record["global_step"] < 6
+    reason = record["stop_reason"]
+    assert reason.startswith("EarlyStopping: val/accuracy did not improve"), reason
+    assert record["stop_signal"] is None
+    wb_summary = wandb_files.read_summary(wandb_run_dirs(job_dir)[0])
+    assert (wb_summary["stop_reason"], wb_summary["stop_signal"]) == (reason, None)
+    table = " ".join(proc.stdout.split())  # the end-of-run table, its wrapped cells joined
+    assert "stopped by" in table and "EarlyStopping: val/accuracy did not" in table, proc.stdout
 
 
 def test_sweep_goes_on_after_a_failed_job_and_exits_nonzero(tmp_path):

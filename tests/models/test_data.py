@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -90,6 +92,53 @@ def test_missing_column_names_the_columns_found(tmp_path):
         label_column="stars",
     )
     assert data.num_labels == 2 and data.label_names == ["neg", "pos"]
+
+
+@pytest.mark.parametrize(
+    ("rows", "said"),
+    [
+        ("good,1\nbad,-1\nfine,0\n", "line 3 (row 1) has label -1; labels are class indices"),
+        ("good,1\nbad,\nfine,0\n", "line 3 (row 1) has no label (an empty cell); labels are"),
+        ("good,1\nbad,0.5\nfine,0\n", "line 3 (row 1) has label 0.5, not an integer; labels"),
+        ("good,pos\nbad,\nfine,neg\n", "line 3 (row 1) has no label (an empty cell); every row"),
+    ],
+)
+def test_a_bad_label_cell_fails_naming_the_file_column_and_line(tmp_path, rows, said):
+    """Used to fail mid-training (``IndexError: Target -1 is out of bounds``) or while
+    counting classes (``'>' not supported between ... 'float' and 'NoneType'``)."""
+    path = tmp_path / "reviews.csv"
+    path.write_text("text,label\n" + rows)
+    data = TextClassificationData(dataset=str(path), val_split=None, val_fraction=0.34)
+    with pytest.raises(
+        ValueError, match="^" + re.escape(f"dataset file '{path}', column 'label': {said}")
+    ):
+        data.raw()
+
+
+def test_a_label_beyond_the_models_classes_fails_naming_its_line(tmp_path):
+    path = tmp_path / "reviews.csv"
+    path.write_text("text,label\ngood,1\nbad,0\nfine,7\nok,0\n")
+    data = tiny_data("text-classification", dataset=str(path), val_fraction=0.5)
+    said = "the model has num_labels=2 but the data (" + repr(str(path)) + ", column 'label') "
+    said += f"has labels 0..7 (first: dataset file '{path}', column 'label': line 4 (row 2) "
+    said += "has label 7); use num_labels=8 (or None to infer)"
+    with pytest.raises(ValueError, match=f"^{re.escape(said)}$"):
+        tiny_model("bert-tiny-cls", data=data, num_labels=2)
+
+
+@pytest.mark.parametrize("content", ["", "text,label\n"])
+def test_a_csv_without_rows_fails_naming_it(tmp_path, content):
+    """Used to fail as ``Instruction "train" corresponds to no data!``."""
+    path = tmp_path / "reviews.csv"
+    path.write_text(content)
+    with pytest.raises(ValueError, match="^" + re.escape(f"dataset file '{path}' holds no rows")):
+        TextClassificationData(dataset=str(path)).raw()
+
+
+def test_no_generated_rows_fails_naming_the_option():
+    """``num_train=0`` used to fail as ``IndexError: list index out of range``."""
+    with pytest.raises(ValueError, match=r"^num_train=0 is not valid: kiln/sentiment needs"):
+        TextClassificationData(num_train=0).raw()
 
 
 def test_label_count_that_does_not_fit_the_data_fails_before_training():

@@ -38,6 +38,7 @@ class Cadence:
     def __init__(self, ctx: Context, run: RunState) -> None:
         self.ctx, self.run = ctx, run
         self._pending: list[StepOutput] = []  # steps whose losses the host has not read
+        self._at_step_end: list[Path] = []  # checkpoints callbacks asked for at the step's end
         self.progress = Progress(
             ctx.total_steps,
             enabled=ctx.trainer.progress and ctx.fabric.is_global_zero,
@@ -69,6 +70,14 @@ class Cadence:
             done or interrupted or _every(run.global_step, trainer.checkpoint_every_n_steps)
         ):
             self.checkpoint()
+        requested, self._at_step_end = self._at_step_end, []
+        for path in requested:  # the step is done: they hold what its checkpoint holds
+            self.checkpoint(path)
+
+    def checkpoint_at_step_end(self, path: Path) -> None:
+        """Save the run to ``path`` at the end of the current step (``after_step``)."""
+        if path not in self._at_step_end:
+            self._at_step_end.append(path)
 
     def validate(self) -> None:
         """Validate; hand the metrics to ``on_validation_metrics`` (EMA weights are back)."""

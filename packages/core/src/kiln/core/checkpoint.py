@@ -31,6 +31,7 @@ from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.fabric.wrappers import _unwrap_objects
 from torch._dynamo.eval_frame import OptimizedModule
 
+from kiln.core.checkpoint_paths import check_not_a_plain_directory
 from kiln.core.rundir import (
     CHECKPOINT_NAME,
     DamagedCheckpointError,
@@ -422,11 +423,14 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
+        IsADirectoryError: ``path`` is a directory but no sharded checkpoint; the message
+            names its newest checkpoint.
         DamagedCheckpointError: It cannot be read back; the message names it.
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
+    check_not_a_plain_directory(path)
     # a sharded checkpoint keeps its plain values in meta.pt; mmap reads no tensor eagerly
     saved = _read(path / "meta.pt") if path.is_dir() else _read(path, mmap=True)
     rng = saved.get("rng")
@@ -465,7 +469,8 @@ def load_checkpoint(fabric: Fabric, path: str | Path, state: dict) -> dict:
     Must be called on every rank. Modules load strictly; a checkpoint of another model fails
     with an error that names the checkpoint and lists missing and unexpected keys. A damaged
     file (checksum mismatch with ``run.json``, truncated, unpicklable) raises
-    :class:`~kiln.core.rundir.DamagedCheckpointError` naming it, before any object changes.
+    :class:`~kiln.core.rundir.DamagedCheckpointError` naming it, before any object changes; a
+    directory that is no sharded checkpoint, ``IsADirectoryError`` naming its newest one.
     Checkpoints whose keys carry ``_orig_mod.`` (written by other tools) load too.
 
     Args:
@@ -483,6 +488,7 @@ def load_checkpoint(fabric: Fabric, path: str | Path, state: dict) -> dict:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
+    check_not_a_plain_directory(path)
     # one rank reads the bytes for the checksum; every rank gets its verdict
     problem = fabric.broadcast(damage(path) if fabric.is_global_zero else None)
     if problem is not None:

@@ -7,6 +7,7 @@ registers them in Hydra's ConfigStore; kiln.core never imports Hydra.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true")
@@ -141,10 +142,12 @@ class TrainerConfig:
         _check_positive("trainer.log_every_n_steps", self.log_every_n_steps)
         _check_positive("trainer.checkpoint_every_n_steps", self.checkpoint_every_n_steps, True)
         _check_positive("trainer.keep_last_k", self.keep_last_k)
-        if self.gradient_clip_norm is not None and self.gradient_clip_norm <= 0:
+        clip = self.gradient_clip_norm
+        # NaN passes `clip <= 0` (every comparison with NaN is False): check finiteness too
+        if clip is not None and not (math.isfinite(clip) and clip > 0):
             raise ValueError(
-                f"trainer.gradient_clip_norm={self.gradient_clip_norm!r} is not valid; "
-                "use a positive float, or null to disable clipping"
+                f"trainer.gradient_clip_norm={clip!r} is not valid; "
+                "use a finite positive float, or null to disable clipping"
             )
         if self.warmup_steps < 0:
             raise ValueError(f"trainer.warmup_steps={self.warmup_steps!r} must be >= 0")

@@ -49,9 +49,10 @@ The LightningModule defines the hooks and the Fabric loop calls them (the seed s
   step (gradients zeroed, ``global_step`` advanced), the others right after their backward.
 - kiln's own hooks (``kiln.core.callbacks.base``): ``on_loop_start(loop)`` once, after
   setup and resume, with a ``kiln.core.callbacks.Loop`` (``global_step``, ``metrics``,
-  ``request_stop(reason)``, ``save_checkpoint(path)``); ``on_validation_metrics(metrics)``
-  after each validation, with its ``val/`` metrics. Callbacks with ``state_dict()`` and
-  ``load_state_dict()`` are saved in checkpoints under ``callbacks/<ClassName>``.
+  ``request_stop(reason)``, ``save_checkpoint(path)``, ``save_checkpoint_at_step_end(path)``);
+  ``on_validation_metrics(metrics)`` after each validation, with its ``val/`` metrics.
+  Callbacks with ``state_dict()`` and ``load_state_dict()`` are saved in checkpoints under
+  ``callbacks/<ClassName>``.
 
 The loop compiles the whole module (``torch.compile(module)``) before ``fabric.setup``;
 Fabric routes ``training_step``/``validation_step`` through the compiled ``forward``,

@@ -6,6 +6,7 @@ the cadence and ``finish`` use. Where the run stands lives apart, in ``state.Run
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from kiln.core.precision import ExactDoublePrecision
 from kiln.core.rundir import check_writable
 from kiln.core.seeding import seed_rank_streams
 from kiln.core.telemetry import CompileWatch, StepTimer
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -91,6 +94,7 @@ def setup(
     train_loader = training_loader(module.train_dataloader(), fabric, trainer.seed)
     val_loader = _val_loader(module, fabric)
     total_steps = _total_steps(trainer, len(train_loader))
+    _say_if_every_window_is_partial(fabric, trainer, len(train_loader))
     module.total_steps = total_steps  # for warm-up/decay schedules, read in configure_optimizers
 
     watch = CompileWatch(compile_config.recompile_warn_threshold)
@@ -182,6 +186,23 @@ def _total_steps(trainer: TrainerConfig, batches_per_epoch: int) -> int:
     if trainer.max_epochs is None:
         return trainer.max_steps
     return min(trainer.max_steps, windows_per_epoch * trainer.max_epochs)
+
+
+def _say_if_every_window_is_partial(
+    fabric: L.Fabric, trainer: TrainerConfig, batches_per_epoch: int
+) -> None:
+    # correct (an epoch's last window is stepped on its own items), but rarely what was meant
+    accumulate = trainer.accumulate_grad_batches
+    if accumulate > batches_per_epoch and fabric.is_global_zero:
+        log.warning(
+            "trainer.accumulate_grad_batches=%d is more than the %d micro-batches of an epoch "
+            "(per rank): every optimizer step is a partial window of %d micro-batches, one "
+            "step per epoch (the update of one batch of all %d)",
+            accumulate,
+            batches_per_epoch,
+            batches_per_epoch,
+            batches_per_epoch,
+        )
 
 
 def _compiled(module: L.LightningModule, compile_config: CompileConfig) -> Any:

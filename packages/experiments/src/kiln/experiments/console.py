@@ -54,6 +54,10 @@ def job_table(summary: dict[str, Any]) -> Table:
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("global_step", fmt(summary.get("global_step")))
+    if summary.get("stop_reason"):
+        signal_name = summary.get("stop_signal")
+        stopped = f"signal {signal_name}" if signal_name else summary["stop_reason"]
+        table.add_row("stopped by", stopped)
     table.add_row("train/loss", fmt(summary.get("train_loss")))
     for key, value in sorted(summary.get("metrics", {}).items()):
         table.add_row(key, fmt(value))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -45,10 +46,11 @@ class JobFailed(RuntimeError):
 def one_line_reason(exc: BaseException) -> str:
     """``"<Type>: <message>"`` on one line; a worker failure names the worker's own exception
     (the last line of its traceback) and its rank instead of carrying the whole traceback."""
-    from kiln.core.launch import WorkerFailedError
-
+    # Only a run that launched workers has imported kiln.core.launch (and Fabric with it); a
+    # config error is reported without importing them.
+    launch = sys.modules.get("kiln.core.launch")
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    if isinstance(exc, WorkerFailedError) and len(lines) > 1:
+    if launch is not None and isinstance(exc, launch.WorkerFailedError) and len(lines) > 1:
         return f"{lines[-1]} (in {lines[0].rstrip(':')})"
     return f"{type(exc).__name__}: {' '.join(lines)}"
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
+if TYPE_CHECKING:  # the configs are read at compose time, where torch is not needed yet
+    import torch
+    from torch import nn
 
 OPTIMIZERS = ("adamw",)
 SCHEDULERS = ("cosine", "linear", "constant")
@@ -98,6 +100,8 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 def build_optimizer(model: nn.Module, config: OptimizerConfig) -> torch.optim.Optimizer:
     """AdamW over ``model``'s trainable parameters, with weight-decay groups."""
+    import torch
+
     groups = parameter_groups(model, config.weight_decay)
     return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, eps=config.eps)
 
@@ -118,6 +122,8 @@ def build_scheduler(
     optimizer: torch.optim.Optimizer, config: SchedulerConfig, total_steps: int | None
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """A per-optimizer-step schedule; warm-up and decay need the run's ``total_steps``."""
+    import torch
+
     if total_steps is None:
         if config.name != "constant" or config.warmup_steps or config.warmup_ratio:
             raise ValueError(

@@ -64,6 +64,18 @@ class ModelEntry:
 
 
 _REGISTRY: dict[str, ModelEntry] = {}
+_BUILTIN_MODULES = ("kiln.models.hf", "kiln.models.vision")
+
+
+def _load_models() -> None:
+    """Import kiln's own model modules (they register on import), then the plugins."""
+    import importlib
+
+    from kiln.models.plugins import load_plugins
+
+    for module in _BUILTIN_MODULES:
+        importlib.import_module(module)
+    load_plugins()
 
 
 def register_model(
@@ -144,9 +156,7 @@ def get_model_entry(name: str) -> ModelEntry:
     never ran kiln's entry points, e.g. a notebook, still finds a plugin's models).
     """
     if name not in _REGISTRY:
-        from kiln.models.plugins import load_plugins
-
-        load_plugins()
+        _load_models()
     if name not in _REGISTRY:
         close = [n for n in _REGISTRY if name.lower() in n or n in name.lower()]
         hint = f" (did you mean: {', '.join(close)}?)" if close else ""
@@ -241,8 +251,6 @@ def list_models(pattern: str | None = None, task: str | None = None) -> list[str
 
     The ``kiln.plugins`` entry points are loaded first, so a plugin's models are listed.
     """
-    from kiln.models.plugins import load_plugins
-
-    load_plugins()
+    _load_models()
     names = sorted(n for n, e in _REGISTRY.items() if task is None or e.task == task)
     return [n for n in names if pattern is None or fnmatch.fnmatch(n, pattern)]

@@ -37,8 +37,15 @@ class Loop:
         trainer: The run's ``TrainerConfig`` (read it; do not change it).
     """
 
-    def __init__(self, ctx: Context, run: RunState, save: Callable[[Path], Path]) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        run: RunState,
+        save: Callable[[Path], Path],
+        save_at_step_end: Callable[[Path], None],
+    ) -> None:
         self._ctx, self._run, self._save = ctx, run, save
+        self._save_at_step_end = save_at_step_end
         self.fabric, self.module, self.model = ctx.fabric, ctx.module, ctx.model
         self.optimizer, self.trainer = ctx.optimizer, ctx.trainer
 
@@ -83,6 +90,17 @@ class Loop:
         loop prunes or resumes from, so ``path`` must not be named like one.
         """
         return self._save(Path(path))
+
+    def save_checkpoint_at_step_end(self, path: str | Path) -> None:
+        """Save the whole run to ``path`` once the current step is done, as its own
+        ``step-<N>.ckpt`` holds it: after every callback has seen this validation's metrics
+        (their states, a stop one of them requested) and after the step's log row.
+
+        Collective: request it on every rank alike (e.g. from validation metrics). The same
+        naming rule as :meth:`save_checkpoint` applies; a path asked for twice in one step is
+        saved once.
+        """
+        self._save_at_step_end(Path(path))
 
 
 def state_key(callback: Any) -> str:

@@ -55,9 +55,10 @@ class BestCheckpoint:
     def on_validation_metrics(self, metrics: dict[str, float]) -> None:
         value = monitored(repr(self), self.monitor, metrics)
         if improves(value, self.best, self.mode):
-            # recorded first, so the saved file knows it is the best one
+            # recorded now, so the saved file knows it is the best one; saved at the step's
+            # end, once the callbacks after this one have seen the metrics too
             self.best, self.best_step = value, self._loop.global_step
-            self._loop.save_checkpoint(self.path)
+            self._loop.save_checkpoint_at_step_end(self.path)
 
     def state_dict(self) -> dict[str, Any]:
         return {"best": self.best, "best_step": self.best_step}

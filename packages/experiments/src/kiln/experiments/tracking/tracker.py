@@ -21,12 +21,13 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import Any
-
-from lightning.fabric.loggers import CSVLogger, Logger
+from typing import TYPE_CHECKING, Any
 
 from kiln.experiments.job import JobInfo
 from kiln.experiments.schema import LoggerConfig
+
+if TYPE_CHECKING:  # Fabric is imported when a run opens, not when a config error is recorded
+    from lightning.fabric.loggers import Logger
 
 STEP_METRIC = "trainer/global_step"
 """The x-axis of every W&B chart: wandb's Fabric logger adds it to each logged row."""
@@ -84,6 +85,8 @@ class Tracker:
         if self.cfg.backend == "wandb":
             self._start_wandb()
         elif self.cfg.backend == "csv":
+            from lightning.fabric.loggers import CSVLogger
+
             self.loggers = [CSVLogger(root_dir=self.job.output_dir, name="csv", version="")]
         return self
 
@@ -149,8 +152,11 @@ class Tracker:
         if self.finished:
             return
         self.finished = True
+        if self.loggers:
+            from lightning.fabric.loggers import CSVLogger
+
         for logger in self.loggers:
-            if isinstance(logger, CSVLogger):
+            if isinstance(logger, CSVLogger):  # W&B's logger is finished with its run
                 logger.finalize(status)
         if self.run is not None:
             self.run.summary.update({"status": status, "error": error})

@@ -13,17 +13,20 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from kiln.experiments.config import run_hydra_app
-from kiln.experiments.console import job_table, show_table
-from kiln.experiments.job import JobInfo
 from kiln.experiments.train.objective import OptimizedMetric, objective_value
-from kiln.experiments.train.runner import run_job
 from kiln.experiments.train.schema import register_configs
-from kiln.experiments.train.worker import global_rank
 
 
 def task(cfg: DictConfig) -> float:
     """The Hydra task: one job. Returns ``optimized_metric``'s value for sweepers; a failed or
     non-finite trial returns the worst value (``+inf`` for ``min``, ``-inf`` for ``max``)."""
+    # Imported here: --help, --cfg and config errors never reach the task, so they do not
+    # pay for Fabric, transformers and timm.
+    from kiln.experiments.console import job_table, show_table
+    from kiln.experiments.job import JobInfo
+    from kiln.experiments.train.runner import run_job
+    from kiln.experiments.train.worker import global_rank
+
     job = JobInfo.from_hydra()
     if cfg.get("print_config") and global_rank() == 0:
         print(OmegaConf.to_yaml(cfg, resolve=False))  # resolving here would escape run_job

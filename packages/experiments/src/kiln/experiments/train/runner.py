@@ -40,8 +40,9 @@ def fit_progress(exc: BaseException) -> dict[str, Any]:
 
 def _wandb_summary(record: dict[str, Any]) -> dict[str, Any]:
     """The W&B run's summary: final metrics, every block of the record (telemetry, machine),
-    step, loss, seed, initial weights."""
-    return wandb_summary(record, ("global_step", "train_loss", "seed", "init_weights_sha256"))
+    step, why it stopped, loss, seed, initial weights."""
+    scalars = ("global_step", "stop_reason", "stop_signal", "train_loss", "seed")
+    return wandb_summary(record, (*scalars, "init_weights_sha256"))
 
 
 def _fields(cfg: Any) -> dict[str, Any]:
@@ -59,6 +60,9 @@ def _fields(cfg: Any) -> dict[str, Any]:
         "metrics": {},
         "train_loss": None,
         "global_step": 0,
+        # why training stopped (FitResult.stop_reason; with "signal", the signal's name)
+        "stop_reason": None,
+        "stop_signal": None,
         "telemetry": {},
         "history": [],
         "checkpoint": None,
@@ -219,6 +223,8 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
                         "history",
                         "checkpoint",
                         "init_weights_sha256",
+                        "stop_reason",
+                        "stop_signal",
                     )
                 },
             )

@@ -17,6 +17,12 @@ def load_generated_sentiment(
     num_train: int, num_val: int, seed: int, cache_dir: str | Path | None = None
 ) -> datasets.DatasetDict:
     """kiln's generated sentiment data, saved once to disk so later maps are cached."""
+    for name, value in (("num_train", num_train), ("num_val", num_val)):
+        if value < 1:
+            raise ValueError(
+                f"{name}={value!r} is not valid: {GENERATED_SENTIMENT} needs at least 1 row "
+                "in each split (use an integer >= 1)"
+            )
     root = Path(cache_dir or default_cache_dir()) / f"sentiment-v1-{num_train}-{num_val}-{seed}"
     if not (root / "dataset_dict.json").exists():
         features = datasets.Features(
@@ -44,7 +50,8 @@ def load_raw(
     num_val: int = 1000,
     cache_dir: str | Path | None = None,
 ) -> tuple[datasets.Dataset, datasets.Dataset]:
-    """Load a (train, validation) pair of raw datasets.
+    """Load a (train, validation) pair of raw datasets (:func:`load_splits`, then
+    :func:`hold_out`).
 
     Args:
         dataset: ``kiln/sentiment`` (generated offline), a hub name (``glue/sst2`` is read
@@ -62,19 +69,78 @@ def load_raw(
         num_val: Rows of generated validation data (``kiln/sentiment`` only).
         cache_dir: Where generated data is saved.
     """
+    splits = load_splits(dataset, subset, data_files, seed, num_train, num_val, cache_dir)
+    return hold_out(splits, dataset, train_split, val_split, val_fraction, seed)
+
+
+def load_splits(
+    dataset: str,
+    subset: str | None = None,
+    data_files: str | list | dict | None = None,
+    seed: int = 0,
+    num_train: int = 4000,
+    num_val: int = 1000,
+    cache_dir: str | Path | None = None,
+) -> datasets.DatasetDict:
+    """The splits of a raw dataset as its source holds them (see :func:`load_raw`)."""
     if dataset == GENERATED_SENTIMENT:
         splits = load_generated_sentiment(num_train, num_val, seed, cache_dir)
     elif Path(dataset).suffix in LOCAL_FORMATS and data_files is None:
         path = Path(dataset)
         if not path.exists():
             raise FileNotFoundError(f"dataset file {str(path)!r} does not exist")
-        splits = datasets.load_dataset(LOCAL_FORMATS[path.suffix], data_files=str(path))
+        splits = _load_files(LOCAL_FORMATS[path.suffix], str(path))
     elif dataset in set(LOCAL_FORMATS.values()):
         if data_files is None:
             raise ValueError(f"dataset={dataset!r} needs data_files=<path, list or dict of split>")
-        splits = datasets.load_dataset(dataset, data_files=data_files)
+        splits = _load_files(dataset, data_files)
     else:
         splits = _load_hub(dataset, subset)
+    return splits
+
+
+def _load_files(builder: str, data_files: str | list | dict) -> datasets.DatasetDict:
+    try:
+        return datasets.load_dataset(builder, data_files=data_files)
+    except (ValueError, datasets.exceptions.DatasetGenerationError):
+        # datasets says 'Instruction "train" corresponds to no data!' of a file without rows
+        for file in _file_list(data_files):
+            if _has_no_rows(Path(file), builder):
+                raise ValueError(
+                    f"dataset file {str(file)!r} holds no rows: give it a header line "
+                    "(e.g. text,label) and at least one row"
+                    if builder == "csv"
+                    else f"dataset file {str(file)!r} holds no rows: give it at least one row"
+                ) from None
+        raise
+
+
+def _file_list(data_files: str | list | dict) -> list[str]:
+    if isinstance(data_files, str):
+        return [data_files]
+    values = data_files.values() if isinstance(data_files, dict) else data_files
+    return [f for v in values for f in _file_list(v)]
+
+
+def _has_no_rows(path: Path, builder: str) -> bool:
+    if not path.is_file():
+        return False
+    if builder == "parquet":
+        return path.stat().st_size == 0
+    with path.open("rb") as f:
+        lines = [line for line, _ in zip(f, range(2), strict=False) if line.strip()]
+    return len(lines) <= (1 if builder == "csv" else 0)  # a CSV's first line is its header
+
+
+def hold_out(
+    splits: datasets.DatasetDict,
+    dataset: str,
+    train_split: str = "train",
+    val_split: str | None = "validation",
+    val_fraction: float = 0.1,
+    seed: int = 0,
+) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """The (train, validation) pair of ``splits`` (see :func:`load_raw`)."""
     if train_split not in splits:
         raise ValueError(
             f"dataset {dataset!r} has no split {train_split!r}; splits found: {list(splits)}"
@@ -104,3 +170,76 @@ def check_columns(data: datasets.Dataset, columns: dict[str, str | None], what: 
                 f"{what}: the {role} column {column!r} is not in the data; columns found: "
                 f"{data.column_names} (map yours with {role}_column=...)"
             )
+
+
+def rows_of(
+    dataset: str, data_files: str | list | dict | None, split: str
+) -> tuple[str, int | None]:
+    """What holds ``split``'s rows, for an error message, and the file line of its row 0
+    (``None`` where rows are not lines of one file)."""
+    file = None
+    if data_files is None and Path(dataset).suffix in LOCAL_FORMATS:
+        file = dataset
+    elif isinstance(data_files, str):
+        file = data_files
+    elif isinstance(data_files, dict) and isinstance(data_files.get(split), str):
+        file = data_files[split]
+    if file is None:
+        return f"dataset {dataset!r} (split {split!r})", None
+    # a CSV's row 0 is its line 2 (after the header); .json may be one array, not lines
+    return f"dataset file {file!r}", {".csv": 2, ".jsonl": 1}.get(Path(file).suffix)
+
+
+def first_bad_label(
+    data: datasets.Dataset,
+    column: str,
+    where: tuple[str, int | None],
+    num_classes: int | None = None,
+) -> str | None:
+    """The first row whose label a classifier cannot train on (an empty cell, a negative
+    or non-integer class index, or with ``num_classes`` one the model lacks), said as
+    ``"<source>, column '<column>': line 3 (row 1) has label -1"``; ``None`` if none.
+
+    Args:
+        data: Rows as their source holds them (row ``i`` is the source's ``i``-th row).
+        column: The label column (class indices, or class names).
+        where: :func:`rows_of` of ``data``.
+        num_classes: The model's classes, if known.
+    """
+    source, first_line = where
+    names = _holds_names(data, column)
+    for i, value in enumerate(data[column]):
+        if value is None:
+            problem = "has no label (an empty cell)"
+        elif names:
+            continue
+        elif isinstance(value, float) and not value.is_integer():
+            problem = f"has label {value}, not an integer"
+        elif value < 0 or (num_classes is not None and value >= num_classes):
+            problem = f"has label {int(value)}"
+        else:
+            continue
+        row = f"line {first_line + i} (row {i})" if first_line is not None else f"row {i}"
+        return f"{source}, column {column!r}: {row} {problem}"
+    return None
+
+
+def check_labels(data: datasets.Dataset, column: str, where: tuple[str, int | None]) -> None:
+    """Fail at :func:`first_bad_label`, saying what is valid.
+
+    Raises:
+        ValueError: One line naming the source, the column, the first bad row and what is
+            valid.
+    """
+    bad = first_bad_label(data, column, where)
+    if bad is not None:
+        valid = (
+            "every row needs a class name"
+            if _holds_names(data, column)
+            else ("labels are class indices (integers >= 0) or class names")
+        )
+        raise ValueError(f"{bad}; {valid}")
+
+
+def _holds_names(data: datasets.Dataset, column: str) -> bool:
+    return "string" in str(getattr(data.features[column], "dtype", ""))

@@ -18,7 +18,15 @@ import torch
 from datasets.fingerprint import Hasher
 
 from kiln.models.data.base import IGNORE_INDEX, DataModule, default_cache_dir
-from kiln.models.data.sources import GENERATED_SENTIMENT, check_columns, load_raw
+from kiln.models.data.sources import (
+    GENERATED_SENTIMENT,
+    check_columns,
+    check_labels,
+    first_bad_label,
+    hold_out,
+    load_splits,
+    rows_of,
+)
 
 PADDINGS = ("max_length", "buckets")
 
@@ -71,6 +79,7 @@ class _TextData(DataModule):
         self.val_fraction = val_fraction
         self.cache_dir = cache_dir
         self._raw: tuple[datasets.Dataset, datasets.Dataset] | None = None
+        self._splits: datasets.DatasetDict | None = None  # as the source holds them
         if num_workers > 0:
             # Tokenizers' thread pool does not survive fork into DataLoader workers: keep it
             # off (unless the user chose) so workers never deadlock. Workers do not tokenize.
@@ -80,9 +89,13 @@ class _TextData(DataModule):
     def raw(self) -> tuple[datasets.Dataset, datasets.Dataset]:
         """The untokenized (train, validation) datasets, loaded once."""
         if self._raw is None:
-            train, val = load_raw(
-                self.dataset, self.subset, self.data_files, self.train_split, self.val_split,
-                self.val_fraction, self.seed, self.num_train, self.num_val, self.cache_dir,
+            self._splits = load_splits(
+                self.dataset, self.subset, self.data_files, self.seed, self.num_train,
+                self.num_val, self.cache_dir,
+            )  # fmt: skip
+            train, val = hold_out(
+                self._splits, self.dataset, self.train_split, self.val_split,
+                self.val_fraction, self.seed,
             )  # fmt: skip
             if self.max_train_samples is not None:
                 train = train.select(range(min(self.max_train_samples, len(train))))
@@ -233,11 +246,25 @@ class TextClassificationData(_TextData):
             "label": self.label_column,
         }
 
+    def _source_splits(self) -> list[tuple[datasets.Dataset, tuple[str, int | None]]]:
+        """The training and validation splits as the source holds them, with where."""
+        assert self._splits is not None, "raw() loads the splits first"
+        return [
+            (self._splits[split], rows_of(self.dataset, self.data_files, split))
+            for split in (self.train_split, self.val_split)
+            if split is not None and split in self._splits
+        ]
+
     def raw(self) -> tuple[datasets.Dataset, datasets.Dataset]:
         if self._raw is None:
             train, val = super().raw()
+            for data, where in self._source_splits():  # before training, naming the line
+                check_labels(data, self.label_column, where)
             feature = train.features[self.label_column]
-            if not isinstance(feature, datasets.ClassLabel) and "string" in str(feature.dtype):
+            if "float" in str(getattr(feature, "dtype", "")):  # an empty cell made them floats
+                train = train.cast_column(self.label_column, datasets.Value("int64"))
+                val = val.cast_column(self.label_column, datasets.Value("int64"))
+            elif not isinstance(feature, datasets.ClassLabel) and "string" in str(feature.dtype):
                 # String labels: one sorted mapping shared by both splits.
                 names = sorted(set(train[self.label_column]) | set(val[self.label_column]))
                 label = datasets.ClassLabel(names=names)
@@ -267,10 +294,16 @@ class TextClassificationData(_TextData):
     def attach(self, module: Any) -> None:
         super().attach(module)
         if module.num_labels < self.num_labels:
+            first = (
+                first_bad_label(data, self.label_column, where, module.num_labels)
+                for data, where in self._source_splits()
+            )
+            beyond = next((f" (first: {bad})" for bad in first if bad is not None), "")
             raise ValueError(
                 f"the model has num_labels={module.num_labels} but the data "
                 f"({self.dataset!r}, column {self.label_column!r}) has labels "
-                f"0..{self.num_labels - 1}; use num_labels={self.num_labels} (or None to infer)"
+                f"0..{self.num_labels - 1}{beyond}; use num_labels={self.num_labels} (or None "
+                "to infer)"
             )
 
     def _encode(self, rows: dict[str, list], pad: bool) -> dict[str, list]:

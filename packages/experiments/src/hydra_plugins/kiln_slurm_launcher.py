@@ -1,0 +1,80 @@
+"""kiln's SLURM launcher (``launcher=slurm``): hydra-submitit-launcher's ``SlurmLauncher``
+whose jobs defer a preemption signal from their first instant until submitit can requeue
+on it, and whose submitter stops waiting on a job SLURM no longer has
+(:mod:`kiln.experiments.slurm`).
+
+A Hydra plugin lives below ``hydra_plugins`` (Hydra refuses a launcher class elsewhere);
+Hydra imports this module at every start, so it imports nothing heavy, and nothing at all
+where hydra-submitit-launcher (kiln-experiments' ``submitit`` extra) is not installed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+try:
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+except ImportError:  # the submitit extra is not installed: no launcher=slurm
+    SlurmLauncher = None  # type: ignore[assignment,misc]
+
+log = logging.getLogger(__name__)
+
+if SlurmLauncher is not None:
+
+    class KilnSlurmLauncher(SlurmLauncher):
+        """``SlurmLauncher`` with kiln's job entry and its submitter's watch on SLURM."""
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            from kiln.experiments.slurm import replay_deferred_signal
+
+            replay_deferred_signal()  # in the job: submitit's handlers are in place now
+            return super().__call__(*args, **kwargs)
+
+        def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Any:
+            """Submit one SLURM job per Hydra job (an array), as ``SlurmLauncher`` does,
+            and wait for their results (:func:`kiln.experiments.slurm.wait_for_results`)."""
+            import submitit
+            from hydra.core.singleton import Singleton
+            from hydra.core.utils import filter_overrides
+            from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+            from omegaconf import OmegaConf
+
+            from kiln.experiments.slurm import job_command, wait_for_results
+
+            assert self.config is not None
+            params = dict(self.params)
+            executor = submitit.AutoExecutor(
+                folder=params.pop("submitit_folder"),
+                cluster="slurm",
+                slurm_max_num_timeout=params.pop("max_num_timeout"),
+                slurm_python=job_command(),
+            )
+            shared = set(OmegaConf.structured(BaseQueueConf).keys())
+            executor.update_parameters(
+                **{k if k in shared else f"slurm_{k}": v for k, v in params.items()}
+            )
+            sweep_dir = Path(str(self.config.hydra.sweep.dir))
+            log.info(f"Submitit 'slurm' sweep output dir : {sweep_dir}")
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            if "mode" in self.config.hydra.sweep:
+                sweep_dir.chmod(int(str(self.config.hydra.sweep.mode), 8))
+            numbers = range(initial_job_idx, initial_job_idx + len(job_overrides))
+            names = [
+                f"#{idx} {' '.join(filter_overrides(o))}".strip()
+                for idx, o in zip(numbers, job_overrides, strict=True)
+            ]
+            for name in names:
+                log.info(f"\t{name}")
+            state = Singleton.get_state()
+            jobs = executor.map_array(
+                self,
+                [list(o) for o in job_overrides],
+                ["hydra.sweep.dir"] * len(names),
+                list(numbers),
+                [f"job_id_for_{idx}" for idx in numbers],
+                [state] * len(names),
+            )
+            return wait_for_results(jobs, names)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from train_helpers import FAST, explain, job_dirs, run_train, summary
+from train_helpers import FAST, explain, job_dirs, run_train, summary, user_env
 
 from kiln.experiments.tracking.wandb_files import read_history, read_run
 
@@ -40,7 +40,7 @@ def _start(
 ) -> tuple[subprocess.Popen, Path]:
     """Start kiln-train into ``job_dir`` (in a new session if ``group``, for signals to its
     whole process group); returns the process and the file its output goes to."""
-    env = {**os.environ, "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
+    env = {**user_env(), "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
     cmd = [sys.executable, "-m", "kiln.experiments.train", *ARGS, *extra]
     out = log_dir / f"attempt-{name}.log"
     with out.open("w") as f:
@@ -282,7 +282,7 @@ def test_rerun_sweep_skips_finished_jobs_and_resumes_the_killed_one(tmp_path) ->
 
     sweep_dir = tmp_path / "sweep"
     args = ["-m", *ARGS, "trainer.seed=0,1", f"hydra.sweep.dir={sweep_dir}"]
-    env = {**os.environ, "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
+    env = {**user_env(), "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
     cmd = [sys.executable, "-m", "kiln.experiments.train", *args]
     first = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 900

@@ -99,6 +99,10 @@ def test_recompiles_are_counted_and_the_warning_names_the_changed_size():
 
     snapshot = watch.snapshot()
     assert snapshot["recompiles"] == 2
+    # the first recompiles, each with dynamo's guard failure: what changed
+    assert len(snapshot["recompile_reasons"]) == 2
+    assert all(r.startswith("double_sum (") for r in snapshot["recompile_reasons"])
+    assert "size mismatch at index 0. expected 2, actual 3" in snapshot["recompile_reasons"][0]
     assert snapshot["unique_graphs"] == 3
     assert snapshot["graph_breaks"] == 0
     assert snapshot["compile_time_s"] > 0
@@ -129,6 +133,7 @@ def test_graph_breaks_are_counted_with_reasons():
         "graph_breaks": 0,
         "unique_graphs": 0,
         "graph_break_reasons": [],
+        "recompile_reasons": [],
         "compiled_blocks": 0,
         "compile_cache": None,  # nothing compiled: no on-disk cache was asked
         "fx_graph_cache_hits": 0,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from train_helpers import FAST, explain, job_dirs, run_train, summary
+from train_helpers import FAST, explain, job_dirs, run_train, summary, user_env
 
 from kiln.experiments.tracking.wandb_files import read_history, read_run
 
@@ -40,7 +40,7 @@ def _start(
 ) -> tuple[subprocess.Popen, Path]:
     """Start kiln-train into ``job_dir`` (in a new session if ``group``, for signals to its
     whole process group); returns the process and the file its output goes to."""
-    env = {**os.environ, "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
+    env = {**user_env(), "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
     cmd = [sys.executable, "-m", "kiln.experiments.train", *ARGS, *extra]
     out = log_dir / f"attempt-{name}.log"
     with out.open("w") as f:
@@ -230,6 +230,31 @@ def test_one_wandb_run_with_one_row_per_step(killed_twice) -> None:
 
 
 @pytest.mark.process
+def test_wandb_files_reads_every_attempt_of_the_resumed_job_as_one_history(killed_twice) -> None:
+    """``python -m kiln.experiments.tracking.wandb_files <job dir> --history``: the run's
+    info, its final summary and every step's row once, over the job's three attempts."""
+    job_dir, *_ = killed_twice
+    proc = subprocess.run(
+        [sys.executable, "-m", "kiln.experiments.tracking.wandb_files", str(job_dir), "--history"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    decoder, text, docs = json.JSONDecoder(), proc.stdout, []
+    while text.strip():
+        doc, end = decoder.raw_decode(text.lstrip())
+        docs.append(doc)
+        text = text.lstrip()[end:]
+    info, wandb_summary, *rows = docs
+    assert info["id"] == (job_dir / "wandb_run_id").read_text().strip()
+    assert info["attempts"] == 3 and info["exit_code"] == 0
+    assert wandb_summary["status"] == "ok" and wandb_summary["global_step"] == STEPS
+    steps = [row["trainer/global_step"] for row in rows if "train/loss" in row]
+    assert steps == list(range(1, STEPS + 1))
+
+
+@pytest.mark.process
 def test_resume_refuses_a_changed_model_seed_or_optimizer(killed_twice) -> None:
     job_dir, *_, proc, _ = killed_twice
     assert proc.returncode == 0, explain(proc)
@@ -260,7 +285,7 @@ def test_rerun_sweep_skips_finished_jobs_and_resumes_the_killed_one(tmp_path) ->
 
     sweep_dir = tmp_path / "sweep"
     args = ["-m", *ARGS, "trainer.seed=0,1", f"hydra.sweep.dir={sweep_dir}"]
-    env = {**os.environ, "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
+    env = {**user_env(), "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
     cmd = [sys.executable, "-m", "kiln.experiments.train", *args]
     first = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 900

@@ -30,8 +30,8 @@ def assert_wandb_holds_every_logged_row(job_dir, record):
     assert val_rows, "no validation row in W&B"
     for key, value in record["metrics"].items():
         assert val_rows[-1][key] == pytest.approx(value)
-    telemetry_rows = [r for r in history if "telemetry/compile_time_s" in r]
-    assert len(telemetry_rows) == 1
+    # the telemetry is in the summary, not in a one-point history row
+    assert not [r for r in history if "telemetry/compile_time_s" in r]
     return wandb_files.read_run(runs[0])
 
 
@@ -49,7 +49,7 @@ def test_single_run_writes_summary_and_one_offline_wandb_run(tmp_path):
 
     run = assert_wandb_holds_every_logged_row(job_dir, record)
     assert run["exit_code"] == 0 and run["job_type"] == "train"
-    tags = {"model:minilm-cls", "model:tiny", "precision:bf16-mixed", "compile:none", "devices:1"}
+    tags = {"model:minilm-cls", "tiny", "precision:bf16-mixed", "compile:none", "devices:1"}
     assert tags <= set(run["tags"])
     assert record["model"] == "minilm-cls" and record["model_tiny"] is True
     assert run["config"]["trainer"]["max_steps"] == 4  # the resolved config

@@ -26,6 +26,13 @@ def compose_train(overrides: list[str], hydra_config: bool = False) -> DictConfi
         return compose("train", overrides=overrides, return_hydra_config=hydra_config)
 
 
+def user_env() -> dict[str, str]:
+    """This process's environment as a user's shell would hand it to kiln-train: without
+    ``WANDB_SERVICE``, which W&B sets here once a test opened a run in-process (a child that
+    inherits it shares this process's W&B service, and a killed child's run stays in use)."""
+    return {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
+
+
 def run_train(
     args: list[str],
     log_dir: Path,
@@ -35,7 +42,7 @@ def run_train(
 ) -> subprocess.CompletedProcess:
     """Run ``kiln-train`` in a fresh interpreter with its outputs below ``log_dir``
     (``env``: extra environment variables, e.g. a ``PYTHONPATH`` holding a plugin)."""
-    env = {**os.environ, **(env or {}), "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
+    env = {**user_env(), **(env or {}), "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
     cmd = [sys.executable, "-m", "kiln.experiments.train", *args]
     return subprocess.run(
         cmd, env=env, cwd=cwd or log_dir, capture_output=True, text=True, timeout=timeout

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from itertools import islice
@@ -174,6 +175,8 @@ def finish(ctx: Context, run: RunState) -> FitResult:
         ),
         "peak_memory_mb": device_peak_memory_mb(fabric.device),
         "skipped_steps": run.skipped_steps,
+        # this attempt's whole fit: setup, compile, every step, validation, checkpoints
+        "total_time_s": time.perf_counter() - run.started_at,
     }
     if fabric.is_global_zero and fabric.loggers and run.stop_reason != "signal":
         fabric.log_dict(  # once, at the run's real end (not where a signal paused it)

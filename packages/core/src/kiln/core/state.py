@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,7 @@ class RunState:
     stop_signal: str | None = None  # a signal stopped it at a step boundary (never saved)
     run_id: str | None = None  # set by the resume stage: kept across restarts
     micro_batch_flops: int | None = None  # forward + backward FLOPs of one micro-batch
+    started_at: float = field(default_factory=time.perf_counter)  # fit's start (never saved)
 
     def state(self) -> dict[str, Any]:
         return {

@@ -219,6 +219,15 @@ def _short(reason: str) -> str:
     return text if len(text) <= _MAX_REASON_CHARS else text[: _MAX_REASON_CHARS - 3] + "..."
 
 
+def _recompile_reason(record: Any) -> str:
+    """``"<function> (<file>:<line>): <guard failure>"`` of one recompile, on one line."""
+    where = f"{record.co_name or '?'} ({record.co_filename or '?'}:{record.co_firstlineno})"
+    failure = str(record.recompile_reason or "guard failure not recorded")
+    text = f"{where}: " + "; ".join(line.strip() for line in failure.splitlines() if line.strip())
+    limit = 2 * _MAX_REASON_CHARS
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class CompileWatch:
     """Compile time, recompiles and graph breaks of ``torch.compile`` since :meth:`start`.
 
@@ -238,6 +247,7 @@ class CompileWatch:
         self._compile_seconds = 0.0
         # (name, file, first line, cached entries at the time) of each recompiled frame
         self._recompiled: list[tuple[str, str, int | None, int]] = []
+        self._recompile_reasons: list[str] = []  # dynamo's guard failure, per recompile
         self._last_seen: object | None = None
         self._missed = False
         self._warned = False
@@ -256,6 +266,7 @@ class CompileWatch:
         dynamo_utils.clear_compilation_metrics()
         self._compile_seconds = 0.0
         self._recompiled.clear()
+        self._recompile_reasons.clear()
         self._last_seen = None
         self._missed = False
         self._warned = False
@@ -286,6 +297,8 @@ class CompileWatch:
                         record.cache_size,
                     )
                 )
+                if len(self._recompile_reasons) < _MAX_REASONS:
+                    self._recompile_reasons.append(_recompile_reason(record))
         if records:
             self._last_seen = records[-1]
 
@@ -315,6 +328,8 @@ class CompileWatch:
             inductor, lazy backward compiles, runtime autotuning), ``recompiles``,
             ``graph_breaks`` (graph breaks hit while compiling, counted per compile),
             ``unique_graphs``, ``graph_break_reasons`` (up to five, shortened),
+            ``recompile_reasons`` (the first five recompiles: the function and dynamo's
+            guard failure, i.e. what changed),
             ``compiled_blocks`` (regional compile) and which on-disk caches hit
             (``compile_cache``: cold, warm or partial; see ``kiln.core.compile.cache_figures``).
         """
@@ -327,6 +342,7 @@ class CompileWatch:
             "graph_breaks": int(sum(breaks.values())),
             "unique_graphs": int(dynamo_utils.counters["stats"]["unique_graphs"]),
             "graph_break_reasons": reasons,
+            "recompile_reasons": list(self._recompile_reasons),
             "compiled_blocks": self.compiled_blocks,
             **cache_figures(dynamo_utils.counters),
         }

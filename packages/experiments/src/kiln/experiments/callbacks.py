@@ -1,4 +1,5 @@
-"""Hydra callbacks: the end-of-sweep check that makes a sweep with a failed job exit non-zero.
+"""Hydra callbacks: the end-of-sweep check that makes a sweep with a failed job exit non-zero,
+and the start-of-sweep check that a study optimizes the way its metric says.
 
 Jobs catch their own exceptions (so one NaN or OOM does not stop the sweep) and record
 ``status`` in their result file. When the sweep ends, :class:`SweepStatus` reads every job's
@@ -20,6 +21,36 @@ from omegaconf import DictConfig
 from kiln.experiments.console import show_table, sweep_table
 from kiln.experiments.job import FAILED_STATUSES
 from kiln.experiments.sweep import scan_sweep
+
+
+class StudyDirection(Callback):
+    """Before a study's first trial: the sweeper's ``direction`` must be the one
+    ``optimized_metric.mode`` asks for (``min`` -> ``minimize``, ``max`` -> ``maximize``).
+
+    ``configs/hparams_search`` derive the direction from the mode; this catches a direction
+    set by hand (``hydra.sweeper.direction=minimize optimized_metric.mode=max``), which would
+    rank the trials backwards. The sweep exits (status 1) before any trial starts.
+    """
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from omegaconf import OmegaConf
+
+        from kiln.experiments.resolvers import DIRECTIONS, study_direction
+
+        direction = OmegaConf.select(config, "hydra.sweeper.direction", default=None)
+        mode = OmegaConf.select(config, "optimized_metric.mode", default=None)
+        if direction is None or mode is None or not isinstance(direction, str):
+            return  # not a single-objective study (the basic sweeper has no direction)
+        direction = direction.lower().removeprefix("direction.")  # an Optuna enum's name
+        if direction != study_direction(mode):
+            wanted = {v: k for k, v in DIRECTIONS.items()}.get(direction, "?")
+            # SystemExit: Hydra turns a callback's Exception into a warning and goes on
+            raise SystemExit(
+                f"hydra.sweeper.direction={direction} but optimized_metric.mode={mode}: the "
+                f"study would rank trials backwards. Set optimized_metric.mode={wanted}, or "
+                f"leave hydra.sweeper.direction unset (configs/hparams_search derive it from "
+                f"the mode: {study_direction(mode)})"
+            )
 
 
 class SweepStatus(Callback):

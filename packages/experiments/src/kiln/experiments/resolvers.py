@@ -5,6 +5,10 @@
 ``gpus_per_node: ${kiln_if_cuda:${trainer.accelerator},${trainer.devices},0}``, the GPUs that
 ``trainer`` asks for: submitit hides every GPU from a job that requests none
 (``CUDA_VISIBLE_DEVICES=""``), and SLURM gives a job no GPU unless it asks for one.
+
+``${kiln_direction:${optimized_metric.mode}}`` is Optuna's direction for a mode (``min`` ->
+``minimize``, ``max`` -> ``maximize``): a study's ``hydra.sweeper.direction`` follows the
+metric it says it optimizes (``configs/hparams_search``).
 """
 
 from __future__ import annotations
@@ -40,7 +44,24 @@ def if_cuda(accelerator: str, on_cuda: Any, otherwise: Any) -> Any:
     return on_cuda if uses_cuda(accelerator) else otherwise
 
 
+DIRECTIONS = {"min": "minimize", "max": "maximize"}
+"""``optimized_metric.mode`` -> the Optuna sweeper's ``direction``."""
+
+
+def study_direction(mode: str) -> str:
+    """Optuna's ``direction`` for ``optimized_metric.mode`` (``min`` or ``max``).
+
+    Raises:
+        ValueError: ``mode`` is neither, naming the valid ones.
+    """
+    if mode not in DIRECTIONS:
+        raise ValueError(f"optimized_metric.mode={mode!r} is not valid; use min or max")
+    return DIRECTIONS[mode]
+
+
 def register_resolvers() -> None:
     """Register kiln's resolvers with OmegaConf (a second call does nothing)."""
     if not OmegaConf.has_resolver("kiln_if_cuda"):
         OmegaConf.register_new_resolver("kiln_if_cuda", if_cuda)
+    if not OmegaConf.has_resolver("kiln_direction"):
+        OmegaConf.register_new_resolver("kiln_direction", study_direction)

@@ -11,6 +11,7 @@ from kiln.experiments.bench.schema import BenchConfig
 from kiln.experiments.build import build_module, model_label
 from kiln.experiments.job import BENCH, JobInfo
 from kiln.experiments.lifecycle import Lifecycle
+from kiln.experiments.tracking.summary import wandb_summary
 from kiln.experiments.tracking.tags import run_tags
 from kiln.experiments.tracking.tracker import Tracker
 
@@ -57,7 +58,8 @@ def _log_pairs(tracker: Tracker | None, record: dict[str, Any]) -> None:
 
 
 def _wandb_summary(record: dict[str, Any]) -> dict[str, Any]:
-    return {"bench": {k: record.get(k) for k in SUMMARY_KEYS}}
+    blocks = {k: v for k, v in wandb_summary(record).items() if k not in SUMMARY_KEYS}
+    return {**blocks, "bench": {k: record.get(k) for k in SUMMARY_KEYS}}
 
 
 def run_bench_job(cfg: DictConfig, job: JobInfo) -> dict[str, Any]:

@@ -28,10 +28,10 @@ from kiln.experiments.report.render import (
     columns_of,
     machine_lines,
     markdown_table,
-    print_rows,
     write_csv,
 )
-from kiln.experiments.report.study import study_params, study_rows
+from kiln.experiments.report.study import log_params, study_params, study_plots, study_rows
+from kiln.experiments.report.terminal import print_header, print_tables
 from kiln.experiments.report.train import NOISE_RULE, loss_curves, noise_marked, train_rows
 
 TRAIN_METHOD = (
@@ -96,7 +96,12 @@ def build_report(
         ``{"files": [paths written], "tables": {name: (columns, rows)}, "plots": [pngs],
         "records": [all job records]}``.
     """
-    from kiln.experiments.report.plots import line_plot, speedup_bars, throughput_bars
+    from kiln.experiments.report.plots import (
+        loss_plot,
+        ratio_plots,
+        speedup_bars,
+        throughput_bars,
+    )
 
     sweep = load_sweep(sweep_dir)
     out = Path(out_dir) if out_dir is not None else sweep.root
@@ -137,7 +142,7 @@ def build_report(
             "![speedup](speedup.png)",
         ]
     if sweep.train:
-        md += [f"- Training method: {TRAIN_METHOD}"] if not sweep.bench else []
+        md += [f"- Training method: {TRAIN_METHOD}"]  # once: the section does not repeat it
         rows = train_rows(sweep.train)
         metric_cols = [c for c in columns_of(rows) if c not in _TRAIN_FIRST + _TRAIN_LAST]
         columns = _TRAIN_FIRST + metric_cols + _TRAIN_LAST
@@ -145,18 +150,13 @@ def build_report(
         files.append(write_csv(out / "train_runs.csv", rows, columns))
         shown_columns = [c for c in columns if c not in _CSV_ONLY]
         shown["train_runs"] = (shown_columns, noise_marked(rows))
-        md += [
-            "",
-            "## Training runs",
-            "",
-            f"Method: {TRAIN_METHOD}.",
-            "",
-            markdown_table(noise_marked(rows), shown_columns),
-        ]
-        curves = loss_curves(sweep.train)
-        if curves:
-            plots.append(line_plot(curves, out / "loss.png", "training loss", "train/loss"))
+        md += ["", "## Training runs", "", markdown_table(noise_marked(rows), shown_columns)]
+        if loss_curves(sweep.train):
+            plots.append(loss_plot(sweep.train, out / "loss.png", "training loss"))
             md += ["", "![loss](loss.png)"]
+        for png in ratio_plots(rows, out):
+            plots.append(png)
+            md += ["", f"![{png.stem}]({png.name})"]
         if any(r.get("samples_per_s") for r in rows):
             plots.append(throughput_bars(rows, out / "throughput.png", "throughput"))
             md += ["", "![throughput](throughput.png)"]
@@ -171,10 +171,9 @@ def build_report(
     files = [report_md, *files, *plots]
 
     if show:
-        print("\n".join(line for line in md[:8] if line.startswith("- ") or line.startswith("#")))
-        for name, (columns, rows) in {**tables, **shown}.items():
-            print_rows(name, rows, columns)
-        print(f"wrote {', '.join(str(f) for f in files)}")
+        print_header(md[:8])
+        print_tables({**tables, **shown}, ", ".join(f.name for f in files if f.suffix != ".png"))
+        print(f"wrote into {out}: {', '.join(f.name for f in files)}")
     return {"files": files, "tables": tables, "plots": plots, "records": records}
 
 
@@ -191,16 +190,10 @@ def study_section(
     files = [write_csv(out / "study.csv", rows, columns)]
     lines = ["", f"## Study: trials ranked by {metric}", "", markdown_table(rows, columns)]
     plots = []
-    for param in params:
-        points = [
-            (float(r[param]), float(r[metric]))
-            for r in rows
-            if r["status"] == "ok" and isinstance(r[param], int | float) and r[metric] is not None
-        ]
-        if points:
-            png = out / f"study_{param.replace('.', '_')}.png"
-            plots.append(scatter_plot(points, png, f"{metric} vs {param}", param, metric))
-            lines += ["", f"![{param}]({png.name})"]
+    for spec in study_plots(rows, params, metric, log_params(out, records)):
+        png = out / f"study_{spec['xlabel'].replace('.', '_')}.png"
+        plots.append(scatter_plot(path=png, **spec))
+        lines += ["", f"![{spec['xlabel']}]({png.name})"]
     return files, plots, lines
 
 

@@ -53,14 +53,22 @@ def machine_lines(records: Sequence[dict[str, Any]]) -> list[str]:
     return seen
 
 
-def print_rows(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    """Print ``rows`` (dicts) as a rich table titled ``title``, one column per ``columns``."""
+def print_rows(
+    title: str,
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[str],
+    width: int | None = None,
+    widths: dict[str, int] | None = None,
+) -> None:
+    """Print ``rows`` (dicts) as a rich table titled ``title``, one column per ``columns``
+    (``width``: at most that many characters a line, cells folded to fit; ``widths``: the
+    width of some columns)."""
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title, show_lines=False)
     for column in columns:
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", width=(widths or {}).get(column))
     for row in rows:
         table.add_row(*(fmt(row.get(c), c) for c in columns))
-    Console(width=max(160, sum(len(c) + 3 for c in columns))).print(table)
+    Console(width=width or max(160, sum(len(c) + 3 for c in columns))).print(table)

@@ -20,17 +20,28 @@ def study_params(root: Path, records: list[dict[str, Any]]) -> list[str]:
     Read from the sweep's ``multirun.yaml`` or, as the Optuna sweeper writes none, from a
     job's ``.hydra/hydra.yaml``.
     """
+    return list(_search_space(root, records))
+
+
+def log_params(root: Path, records: list[dict[str, Any]]) -> set[str]:
+    """The parameters the study searched on a log scale (``tag(log, interval(...))``): their
+    plots get a log axis."""
+    return {p for p, spec in _search_space(root, records).items() if "log" in str(spec)}
+
+
+def _search_space(root: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Optuna sweeper's ``params`` (name -> search spec), ``{}`` when it is no study."""
     candidates = [root / "multirun.yaml"] + [
         Path(str(r["job_dir"])) / ".hydra" / "hydra.yaml" for r in records if r.get("job_dir")
     ]
     found = next((path for path in candidates if path.is_file()), None)
     if found is None:
-        return []
+        return {}
     config = OmegaConf.to_container(OmegaConf.load(found), resolve=False)
     sweeper = (config.get("hydra") or {}).get("sweeper")  # type: ignore[union-attr]
     if not sweeper or "optuna" not in str(sweeper.get("_target_", "")).lower():
-        return []
-    return list(sweeper.get("params") or {})
+        return {}
+    return dict(sweeper.get("params") or {})
 
 
 def _lookup(config: dict[str, Any], dotted: str) -> Any:
@@ -73,3 +84,31 @@ def study_rows(records: list[dict[str, Any]], params: list[str]) -> tuple[str, l
     for rank, row in enumerate(ranked, 1):
         row["rank"] = rank
     return name, ranked
+
+
+def study_plots(
+    rows: list[dict[str, Any]], params: list[str], metric: str, on_log: set[str]
+) -> list[dict[str, Any]]:
+    """The arguments of each parameter's scatter plot (``report.plots.scatter_figure``): the
+    finished trials' points, the best trial's (``rows`` are ranked: the first, if it
+    finished), a log x axis for a parameter searched on a log scale."""
+    specs = []
+    for param in params:
+        points = [
+            (float(r[param]), float(r[metric]))
+            for r in rows
+            if r["status"] == "ok" and isinstance(r[param], int | float) and r[metric] is not None
+        ]
+        if points:
+            best = points[0] if rows[0]["status"] == "ok" else None
+            specs.append(
+                {
+                    "points": points,
+                    "title": f"{metric} vs {param}",
+                    "xlabel": param,
+                    "ylabel": metric,
+                    "log_x": param in on_log,
+                    "best": best,
+                }
+            )
+    return specs

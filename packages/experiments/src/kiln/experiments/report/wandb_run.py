@@ -1,4 +1,12 @@
-"""``kiln-report --wandb``: the report's tables and plots as one W&B run in the sweep's group."""
+"""``kiln-report --wandb``: the report's tables and plots as one W&B run in the sweep's group.
+
+One report run per sweep: its id is kept in ``<report dir>/report/wandb_run_id``, so a second
+``kiln-report --wandb`` of the sweep continues that run (a new step of its tables and plots)
+instead of adding another run named ``report``. Besides the report's own tables it logs
+``comparisons``: one row per job with its ratio (speedup, scaling efficiency), the ratio's
+interval and its flag (why it is not a result, or empty), the table a W&B bar chart of speedup
+by compile mode is made from.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +16,35 @@ from typing import Any
 from kiln.experiments.job import JobInfo
 from kiln.experiments.schema import LoggerConfig
 from kiln.experiments.tracking.tracker import Tracker
+
+REPORT_DIR = "report"
+"""The report run's directory below the report's output directory."""
+COMPARISON_COLUMNS = [
+    "run",
+    "model",
+    "compile_mode",
+    "precision",
+    "devices",
+    "ratio",
+    "value",
+    "ci_low",
+    "ci_high",
+    "flag",
+]
+# (ratio name, report column, its interval columns, its noise column) per report table
+_RATIOS = {
+    "train_runs": [
+        ("speedup", "speedup_vs_eager", "speedup_ci_low", "speedup_ci_high", "speedup_noise"),
+        (
+            "scaling_efficiency",
+            "scaling_efficiency",
+            "scaling_ci_low",
+            "scaling_ci_high",
+            "scaling_noise",
+        ),
+    ],
+    "bench_models": [("speedup", "speedup", "speedup_ci_low", "speedup_ci_high", None)],
+}
 
 
 def sweep_group(records: list[dict[str, Any]], root: Path) -> tuple[str, str | None]:
@@ -23,6 +60,49 @@ def sweep_group(records: list[dict[str, Any]], root: Path) -> tuple[str, str | N
     return f"{job_name}/{root.resolve().name}", None
 
 
+def _flag(row: dict[str, Any], noise_column: str | None) -> str:
+    """Why a row's ratio is not a result: ``confounded: ...``, its noise reason, ``reference``
+    (a training sweep's eager run), a failed accuracy check or run; empty when it is one."""
+    confounded = row.get("confounded")
+    if confounded:
+        return confounded if isinstance(confounded, str) else "confounded"
+    if noise_column and row.get(noise_column):
+        return f"noise: {row[noise_column]}"
+    if noise_column == "speedup_noise" and row.get("compile_mode") == "none":
+        return "reference"  # the eager run: 1.0 by definition
+    status = row.get("status")
+    if status not in (None, "ok", "pass"):
+        return str(status)
+    if row.get("significant") is False:
+        return "not significant"
+    return ""
+
+
+def comparison_rows(tables: dict[str, tuple[list[str], list[dict[str, Any]]]]) -> list[dict]:
+    """One row per job and ratio of the report's ``train_runs`` and ``bench_models`` tables
+    (:data:`COMPARISON_COLUMNS`); a job without the ratio (no eager partner, one device
+    count) has no row for it."""
+    rows = []
+    for table, ratios in _RATIOS.items():
+        for row in tables.get(table, ([], []))[1]:
+            for name, column, low, high, noise in ratios:
+                if row.get(column) is None:
+                    continue
+                rows.append(
+                    {
+                        "run": row.get("run") or row.get("model"),
+                        **{k: row.get(k) for k in ("model", "compile_mode", "precision")},
+                        "devices": row.get("devices"),
+                        "ratio": name,
+                        "value": row[column],
+                        "ci_low": row.get(low),
+                        "ci_high": row.get(high),
+                        "flag": _flag(row, noise),
+                    }
+                )
+    return rows
+
+
 def log_report(
     root: Path,
     records: list[dict[str, Any]],
@@ -31,10 +111,11 @@ def log_report(
     mode: str = "offline",
     project: str | None = None,
 ) -> dict[str, str] | None:
-    """Log ``tables`` (name -> (columns, rows)) and ``plots`` as one ``report`` run.
+    """Log ``tables`` (name -> (columns, rows)), the ``comparisons`` table and ``plots`` to
+    the sweep's ``report`` run (the one an earlier call made, if any).
 
     Returns:
-        ``{"run_id", "dir", "mode"}`` of the run written.
+        ``{"run_id", "dir", "mode", "project", "group"}`` of the run written.
     """
     import wandb
 
@@ -46,8 +127,11 @@ def log_report(
         group=group,
         job_type="report",
     )
-    job = JobInfo(output_dir=str(root / "report"), job_name="report", sweep_dir=str(root))
-    with Tracker(cfg, job, config={"sweep_dir": str(root)}, tags=["report"], name="report") as t:
+    job = JobInfo(output_dir=str(root / REPORT_DIR), job_name="report", sweep_dir=str(root))
+    tables = {**tables, "comparisons": (COMPARISON_COLUMNS, comparison_rows(tables))}
+    with Tracker(
+        cfg, job, config={"sweep_dir": str(root)}, tags=["report"], name="report", resume=True
+    ) as t:
         payload: dict[str, Any] = {}
         for name, (columns, rows) in tables.items():
             payload[name] = wandb.Table(

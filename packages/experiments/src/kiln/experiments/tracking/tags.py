@@ -15,21 +15,22 @@ def run_tags(
     devices: int | None = None,
     extra: Iterable[str] = (),
 ) -> list[str]:
-    """``[kind, model:..., precision:..., compile:..., devices:..., *extra]``.
+    """``[kind, model:..., tiny, precision:..., compile:..., devices:..., *extra]``: one tag
+    per key, so filtering on ``model:`` finds each run once.
 
     Args:
         model: The model's name (or label, e.g. ``timm:resnet18``).
         precision: The Fabric precision.
         compile_mode: ``compile.mode``.
         kind: A leading tag naming the job's kind (``bench``); ``None`` for none.
-        tiny: Add ``model:tiny`` (``debug=fast``: the test-sized variant).
+        tiny: Add ``tiny`` (``debug=fast``: the model's test-sized variant).
         devices: Processes of the job over all nodes; ``None`` leaves the tag out.
         extra: The config's own tags.
     """
     return [
         *([kind] if kind else []),
         f"model:{model}",
-        *(["model:tiny"] if tiny else []),
+        *(["tiny"] if tiny else []),
         f"precision:{precision}",
         f"compile:{compile_mode}",
         *([f"devices:{devices}"] if devices is not None else []),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,8 @@ STEP_METRIC = "trainer/global_step"
 
 RUN_ID_FILE = "wandb_run_id"
 """The job directory's W&B run id: one run per job, across restarts."""
+RUN_IN_USE_WAIT_S = 60.0
+"""How long a resumed job waits for the attempt before it to let go of their W&B run."""
 
 
 class Tracker:
@@ -41,7 +44,8 @@ class Tracker:
     Args:
         cfg: The ``logger`` config.
         job: The job's identity (output dir, overrides, sweep).
-        config: The resolved config, stored as the W&B run's config.
+        config: The resolved config, stored as the W&B run's config (with the job's Hydra
+            choices and overrides under ``hydra``: :attr:`run_config`).
         tags: Tags for this run (e.g. ``["model:minilm-cls", "precision:32-true"]``).
         name: Run name; defaults to ``job.run_name`` (made from the overrides).
         resume: Keep the run's id in the job directory and continue that run when the job
@@ -104,7 +108,8 @@ class Tracker:
         if self.resume:
             id_file.parent.mkdir(parents=True, exist_ok=True)
             id_file.write_text(run_id + "\n")
-        self.run = wandb.init(
+        self.run = _init_when_free(
+            wandb,
             id=run_id,
             resume="allow",
             project=self.cfg.project,
@@ -114,7 +119,7 @@ class Tracker:
             name=self.name,
             tags=self.tags,
             notes=self.cfg.notes,
-            config=self.config,
+            config=self.run_config,
             dir=self.job.output_dir,
             mode=self.cfg.mode,
             reinit="create_new",  # sweeps run several jobs in one process, one run each
@@ -126,6 +131,16 @@ class Tracker:
         from kiln.experiments.tracking.wandb_logger import KilnWandbLogger
 
         self.loggers = [KilnWandbLogger(experiment=self.run, skip_through=self.logged_through)]
+
+    @property
+    def run_config(self) -> dict[str, Any]:
+        """The W&B config: the given config, plus the job's Hydra choices and overrides
+        (``hydra.choices.compile``, ``hydra.overrides``) where it has any: what a chart groups
+        or filters runs by."""
+        if not (self.job.choices or self.job.overrides) or "hydra" in self.config:
+            return self.config
+        hydra = {"choices": dict(self.job.choices), "overrides": list(self.job.overrides)}
+        return {**self.config, "hydra": hydra}
 
     def summarize(self, values: dict[str, Any]) -> None:
         """Write ``values`` (final metrics, telemetry, status) into the run's summary."""
@@ -172,6 +187,20 @@ class Tracker:
             "project": self.cfg.project,
             "group": self.cfg.group or self.job.group,
         }
+
+
+def _init_when_free(wandb: Any, **kwargs: Any) -> Any:
+    """``wandb.init(**kwargs)``, waiting up to :data:`RUN_IN_USE_WAIT_S` while W&B's service
+    says the run is in use: a killed attempt's stream outlives its process by a few seconds
+    (until the service sees it gone), and a re-run started at once would fail."""
+    deadline = time.monotonic() + RUN_IN_USE_WAIT_S
+    while True:
+        try:
+            return wandb.init(**kwargs)
+        except Exception as exc:
+            if "is in use" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -22,14 +22,43 @@ _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 
 
 def find_run_file(path: str | Path) -> Path:
-    """The ``.wandb`` file of a run directory (or of the only run below ``path``)."""
-    path = Path(path)
-    if path.is_file():
-        return path
-    files = sorted(path.rglob("*.wandb"))
+    """The ``.wandb`` file of a run directory (or of the only run below ``path``).
+
+    Raises:
+        FileNotFoundError: ``path`` holds no ``.wandb`` file, or several (a resumed job's
+            attempts: read them all with :func:`find_run_files`).
+    """
+    files = find_run_files(path)
     if len(files) != 1:
         raise FileNotFoundError(f"expected exactly one .wandb file under {path}, found {files}")
     return files[0]
+
+
+def find_run_files(path: str | Path) -> list[Path]:
+    """The ``.wandb`` files of the one run at ``path``, oldest attempt first.
+
+    A job re-run into its directory continues its W&B run, and each attempt writes its own
+    ``offline-run-<time>-<id>/run-<id>.wandb``: together they are the run. ``path`` is a
+    ``.wandb`` file, a run directory or a job directory.
+
+    Raises:
+        FileNotFoundError: No ``.wandb`` file below ``path``.
+        ValueError: The files belong to more than one run (e.g. a sweep directory).
+    """
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    found = {f.resolve(): f for f in path.rglob("*.wandb")}  # latest-run links to one of them
+    files = sorted(found.values(), key=lambda f: (f.parent.name, f.stat().st_mtime))
+    if not files:
+        raise FileNotFoundError(f"no .wandb file under {path}")
+    ids = sorted({f.stem.removeprefix("run-") for f in files})
+    if len(ids) > 1:
+        raise ValueError(
+            f"{path} holds {len(ids)} W&B runs ({', '.join(ids)}); give one job's or run's "
+            "directory"
+        )
+    return files
 
 
 def _chunks(data: bytes) -> Iterator[tuple[int, bytes]]:
@@ -50,23 +79,39 @@ def _chunks(data: bytes) -> Iterator[tuple[int, bytes]]:
 
 
 def read_records(path: str | Path) -> Iterator[Any]:
-    """Every ``Record`` protobuf of a run's ``.wandb`` file, in order."""
+    """Every ``Record`` protobuf of a run, in order: of its ``.wandb`` file, or of every
+    attempt's file of a resumed job (:func:`find_run_files`). An attempt that was killed may
+    end in a half-written record; the records before it count, as for W&B's own sync."""
+    files = find_run_files(path)
+    for i, file in enumerate(files):
+        yield from _file_records(file, complete=i == len(files) - 1)
+
+
+def _file_records(path: Path, complete: bool = True) -> Iterator[Any]:
+    """The records of one ``.wandb`` file; not ``complete``: stop quietly at a damaged end."""
+    from google.protobuf.message import DecodeError
     from wandb.proto import wandb_internal_pb2
 
-    data = find_run_file(path).read_bytes()
+    data = path.read_bytes()
+    if len(data) < _FILE_HEADER.size and not complete:
+        return  # a killed attempt that never wrote its header
     ident, magic, _version = _FILE_HEADER.unpack_from(data, 0)
     if ident != b":W&B" or magic != 0xBEE1:
         raise ValueError(f"{path} is not a W&B transaction log")
     pending = b""
-    for kind, body in _chunks(data):
-        if kind in (_FULL, _FIRST):
-            pending = body
-        else:
-            pending += body
-        if kind in (_FULL, _LAST):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(pending)
-            yield record
+    try:
+        for kind, body in _chunks(data):
+            if kind in (_FULL, _FIRST):
+                pending = body
+            else:
+                pending += body
+            if kind in (_FULL, _LAST):
+                record = wandb_internal_pb2.Record()
+                record.ParseFromString(pending)
+                yield record
+    except (ValueError, DecodeError):  # a bad checksum, a record cut short
+        if complete:
+            raise
 
 
 def _item_key(item: Any) -> str:
@@ -74,7 +119,8 @@ def _item_key(item: Any) -> str:
 
 
 def read_history(path: str | Path) -> list[dict[str, Any]]:
-    """The run's history: one dict per ``log`` call (``_step`` plus the logged values)."""
+    """The run's history: one dict per ``log`` call (``_step`` plus the logged values), over
+    every attempt of a resumed job."""
     rows = []
     for record in read_records(path):
         if record.WhichOneof("record_type") == "history":
@@ -88,7 +134,7 @@ def last_logged_step(files: list[Path], step_key: str) -> int | None:
     last = None
     for path in files:
         try:
-            for record in read_records(path):
+            for record in _file_records(path):
                 if record.WhichOneof("record_type") != "history":
                     continue
                 for item in record.history.item:
@@ -140,7 +186,8 @@ def read_run(path: str | Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m kiln.experiments.tracking.wandb_files <run or job dir>``: print a run."""
+    """``python -m kiln.experiments.tracking.wandb_files <run or job dir>``: print a run (all
+    attempts of a resumed job's run as one)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)
@@ -148,6 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--history", action="store_true", help="print every logged row")
     args = parser.parse_args(argv)
     info = read_run(args.path)
+    info["attempts"] = len(find_run_files(args.path))  # a resumed job's files, read as one
     print(json.dumps({k: v for k, v in info.items() if k != "config"}, indent=2))
     summary = {k: v for k, v in read_summary(args.path).items() if not k.startswith("_")}
     print(json.dumps(summary, indent=2))

@@ -1,4 +1,5 @@
-"""wandb's Fabric logger, minus a per-call cost (imported lazily: it imports wandb)."""
+"""wandb's Fabric logger, minus a per-call cost, with whole-run figures in the summary
+(imported lazily: it imports wandb)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ from typing import Any
 from lightning.fabric.loggers.logger import rank_zero_experiment
 from wandb.integration.lightning.fabric import WandbLogger
 
+SUMMARY_PREFIXES = ("telemetry/",)
+"""Logged keys that go to the run's summary instead of its history."""
+
 
 class KilnWandbLogger(WandbLogger):
-    """``wandb.integration.lightning.fabric.WandbLogger`` that looks its run up once.
+    """``wandb.integration.lightning.fabric.WandbLogger`` that looks its run up once, and
+    writes whole-run figures (:data:`SUMMARY_PREFIXES`) to the run's summary.
 
     The stock ``experiment`` property re-labels the run and sends a telemetry record on
     every access, i.e. on every ``log_metrics``: ~50 ms a call on a busy CPU. Once the run
@@ -28,6 +33,14 @@ class KilnWandbLogger(WandbLogger):
         self.skip_through = skip_through
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        # kiln.core logs a run's telemetry once, at its end: figures of the whole run belong
+        # in the summary, not in one-point history rows (one empty-looking panel each)
+        summary = {k: v for k, v in metrics.items() if k.startswith(SUMMARY_PREFIXES)}
+        if summary:
+            self.experiment.summary.update(summary)
+            metrics = {k: v for k, v in metrics.items() if k not in summary}
+            if not metrics:
+                return
         if step is not None and self.skip_through is not None and step <= self.skip_through:
             return  # one row per step across a job's attempts
         super().log_metrics(metrics, step)

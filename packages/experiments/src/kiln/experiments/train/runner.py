@@ -9,6 +9,7 @@ from kiln.experiments.job import TRAIN, JobInfo
 from kiln.experiments.lifecycle import Lifecycle, Requeued, Terminated
 from kiln.experiments.schema import LoggerConfig
 from kiln.experiments.stages import stage
+from kiln.experiments.tracking.summary import wandb_summary
 from kiln.experiments.tracking.tags import run_tags
 from kiln.experiments.train import preflight
 from kiln.experiments.train import resume as job_resume
@@ -38,19 +39,11 @@ def fit_progress(exc: BaseException) -> dict[str, Any]:
     return {k: v for k, v in found.items() if v is not None}
 
 
-def _wandb_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    """The W&B run's summary: final metrics, telemetry, step, why it stopped, loss, seed,
-    initial weights."""
-    return {
-        **summary["metrics"],
-        "telemetry": summary["telemetry"],
-        "global_step": summary["global_step"],
-        "stop_reason": summary["stop_reason"],
-        "stop_signal": summary["stop_signal"],
-        "train_loss": summary["train_loss"],
-        "seed": summary["seed"],
-        "init_weights_sha256": summary["init_weights_sha256"],
-    }
+def _wandb_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """The W&B run's summary: final metrics, every block of the record (telemetry, machine),
+    step, why it stopped, loss, seed, initial weights."""
+    scalars = ("global_step", "stop_reason", "stop_signal", "train_loss", "seed")
+    return wandb_summary(record, (*scalars, "init_weights_sha256"))
 
 
 def _fields(cfg: Any) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from kiln.experiments.report.train import NOISE_RULE, loss_curves, noise_marked,
 
 TRAIN_METHOD = (
     "steady step time = median optimizer-step time after warm-up (kiln.core "
-    "telemetry); speedup = eager run's step time / this run's, same overrides; "
+    "telemetry); speedup = eager run's step time / this run's, same resolved config; "
     f"MFU = achieved FLOP/s / the devices' peak (n/a where kiln knows no peak); {NOISE_RULE}"
 )
 _TRAIN_FIRST = [
@@ -69,10 +69,14 @@ _TRAIN_LAST = [
     "speedup_ci_low",
     "speedup_ci_high",
     "speedup_noise",
+    "speedup_verdict",
+    "speedup_bootstrap",
     "scaling_efficiency",
     "scaling_ci_low",
     "scaling_ci_high",
     "scaling_noise",
+    "scaling_verdict",
+    "scaling_bootstrap",
     "error",
 ]
 # in the CSV only: the printed tables fold them into the figure's cell
@@ -81,9 +85,13 @@ _CSV_ONLY = (
     "speedup_ci_low",
     "speedup_ci_high",
     "speedup_noise",
+    "speedup_verdict",
+    "speedup_bootstrap",
     "scaling_ci_low",
     "scaling_ci_high",
     "scaling_noise",
+    "scaling_verdict",
+    "scaling_bootstrap",
 )
 
 

@@ -124,6 +124,12 @@ class Tracker:
 
         self.loggers = [KilnWandbLogger(experiment=self.run, skip_through=self.logged_through)]
 
+    def update_config(self, values: dict[str, Any]) -> None:
+        """Add or replace ``values`` in the run's config (e.g. the machine's load and
+        calibration at the end of the job)."""
+        if self.run is not None:
+            self.run.config.update(values, allow_val_change=True)
+
     def summarize(self, values: dict[str, Any]) -> None:
         """Write ``values`` (final metrics, telemetry, status) into the run's summary."""
         if self.run is not None:

@@ -123,5 +123,5 @@ def verdict(run: dict[str, Any], base: dict[str, Any]) -> str | None:
 def impossible(column: str, value: float | None) -> str | None:
     """Why ``value`` of ``column`` cannot be true on one machine (``None`` when it can)."""
     if column == "scaling_efficiency" and value is not None and value > IMPOSSIBLE_EFFICIENCY:
-        return f"confounded: efficiency {value:.2f} > {IMPOSSIBLE_EFFICIENCY} cannot be true"
+        return f"efficiency {value:.2f} > {IMPOSSIBLE_EFFICIENCY} cannot be true"
     return None

@@ -64,7 +64,7 @@ def pair_key(record: dict[str, Any], ignore: tuple[str, ...], fields: tuple[str,
     if flat is not None:
         return ("config", tuple(sorted((k, repr(v)) for k, v in flat.items())))
     if record.get("overrides"):
-        overrides = identity_overrides(record["overrides"], ignore + (REPEAT_KEY,))
+        overrides = identity_overrides(record["overrides"], (*ignore, REPEAT_KEY))
         return ("overrides", tuple(sorted(overrides)))
     return ("fields", tuple(record.get(f) for f in fields))
 

@@ -256,9 +256,10 @@ def _ratio(
     )
     verdicts = [verdict(r, b) for (b, _), (r, _) in pairs]
     confounded = [v for v in verdicts if v and v.startswith("confounded")]
-    row[verdict_col] = (confounded or [v for v in verdicts if v] or [None])[0]
-    if row[verdict_col] is None or not row[verdict_col].startswith("confounded"):
-        row[verdict_col] = impossible(column, row[column]) or row[verdict_col]
+    said = (confounded or [v for v in verdicts if v] or [None])[0]
+    if (why := impossible(column, row[column])) is not None:  # never bare, whatever else
+        said = f"{said}; {why}" if said and said.startswith("confounded") else f"confounded: {why}"
+    row[verdict_col] = said
 
 
 def noise_marked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

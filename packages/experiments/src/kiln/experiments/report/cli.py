@@ -22,7 +22,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kiln.experiments.report.bench import MODEL_COLUMNS, SUMMARY_COLUMNS, model_rows, summary_rows
+from kiln.experiments.report.bench import (
+    MODEL_COLUMNS,
+    SUMMARY_COLUMNS,
+    model_rows,
+    noisy_precisions,
+    summary_rows,
+)
 from kiln.experiments.report.load import load_sweep
 from kiln.experiments.report.render import (
     columns_of,
@@ -95,6 +101,9 @@ _CSV_ONLY = (
 )
 
 
+_BOOTSTRAPS = ("speedup_bootstrap", "scaling_bootstrap")
+
+
 def build_report(
     sweep_dir: str | Path, out_dir: str | Path | None = None, show: bool = True
 ) -> dict[str, Any]:
@@ -128,7 +137,9 @@ def build_report(
             write_csv(out / "bench_summary.csv", summary, SUMMARY_COLUMNS),
             write_csv(out / "bench_models.csv", rows, MODEL_COLUMNS),
         ]
-        plots.append(speedup_bars(rows, out / "speedup.png", "torch.compile training speedup"))
+        noisy = list(noisy_precisions(rows))
+        title = "torch.compile training speedup"
+        plots.append(speedup_bars(rows, out / "speedup.png", title, noisy=noisy))
         md += [
             "",
             "## torch.compile speedup per compile mode and precision",
@@ -153,11 +164,14 @@ def build_report(
         files.append(write_csv(out / "train_runs.csv", rows, columns))
         shown_columns = [c for c in columns if c not in _CSV_ONLY]
         shown["train_runs"] = (shown_columns, noise_marked(rows))
+        boots = sorted({str(r[c]) for r in rows for c in _BOOTSTRAPS if r.get(c)})
+        said = f"Intervals bootstrapped {'; '.join(boots)}." if boots else ""
         md += [
             "",
             "## Training runs",
             "",
             f"Method: {TRAIN_METHOD}.",
+            *(["", said] if said else []),
             "",
             markdown_table(noise_marked(rows), shown_columns),
         ]
@@ -180,6 +194,7 @@ def build_report(
 
     if show:
         print("\n".join(line for line in md[:8] if line.startswith("- ") or line.startswith("#")))
+        print("\n".join(line for line in md if line.startswith("Intervals bootstrapped")))
         for name, (columns, rows) in {**tables, **shown}.items():
             print_rows(name, rows, columns)
         print(f"wrote {', '.join(str(f) for f in files)}")

@@ -12,11 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.experiments.job import PLACEMENT_KEYS, identity_overrides, key_in
+from kiln.experiments.repeats import REPEAT_KEY
 
-REPEAT_KEY = "repeat"
-"""The config key that numbers a configuration's repeats (``repeat=range(3)``): runs that
-differ only in it are repeats of one configuration."""
-# keys that name, tag or place a job without changing what it computes
+# keys that name, tag or place a job without changing what it computes (runs that differ
+# only in the repeat number are repeats of one configuration)
 _NOT_COMPUTED = (*PLACEMENT_KEYS, REPEAT_KEY, "tags", "print_config", "compile.cache_dir")
 
 

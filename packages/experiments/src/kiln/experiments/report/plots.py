@@ -17,11 +17,14 @@ def _pyplot():
     return plt
 
 
-def speedup_bars(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
+def speedup_bars(
+    rows: Sequence[dict[str, Any]], path: Path, title: str, noisy: Sequence[str] = ()
+) -> Path:
     """Grouped bars: speedup of each model under each (compile mode, precision).
 
     Error bars span the p25-p75 of the per-pair ratios; a run that did not pass is drawn
-    as an empty, hatched bar at its measured speedup (or at 0 when there is none).
+    as an empty, hatched bar at its measured speedup (or at 0 when there is none); the bars
+    at a ``noisy`` precision (its control was off 1.0) are grey and cross-hatched.
     """
     plt = _pyplot()
     models = sorted({str(r["model"]) for r in rows})
@@ -47,8 +50,13 @@ def speedup_bars(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path
             lo.append(max(y - (r["speedup_p25"] if r["speedup_p25"] is not None else y), 0))
             hi.append(max((r["speedup_p75"] if r["speedup_p75"] is not None else y) - y, 0))
             passed.append(r["status"] == "pass")
-        bars = ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=f"{mode} / {precision}")
+        label = f"{mode} / {precision}" + (" (noisy machine)" if precision in noisy else "")
+        bars = ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=label)
         for bar, ok in zip(bars, passed, strict=True):
+            if precision in noisy:
+                bar.set_color("lightgrey")
+                bar.set_edgecolor("grey")
+                bar.set_hatch("xx")
             if not ok:
                 bar.set_fill(False)
                 bar.set_hatch("//")
@@ -82,11 +90,32 @@ def line_plot(curves: dict[str, tuple[list, list]], path: Path, title: str, ylab
 
 
 def throughput_bars(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
-    """Horizontal bars of each run's throughput (samples/s)."""
+    """Horizontal bars of each run's throughput (samples/s); a run whose speedup or scaling
+    efficiency is confounded (another machine, calibration or load than its partner's) is
+    grey and hatched."""
     plt = _pyplot()
     rows = [r for r in rows if r.get("samples_per_s")]
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.35 * len(rows) + 1)))
-    ax.barh([r["run"] for r in rows], [r["samples_per_s"] for r in rows])
+    bars = ax.barh([r["run"] for r in rows], [r["samples_per_s"] for r in rows])
+    confounded = False
+    for bar, row in zip(bars, rows, strict=True):
+        verdicts = [str(row.get(k) or "") for k in ("speedup_verdict", "scaling_verdict")]
+        if any(v.startswith("confounded") for v in verdicts):
+            bar.set_color("lightgrey")
+            bar.set_edgecolor("grey")
+            bar.set_hatch("xx")
+            confounded = True
+    if confounded:
+        ax.text(
+            0.99,
+            0.01,
+            "hatched: ratio confounded",
+            transform=ax.transAxes,
+            ha="right",
+            va="bottom",
+            fontsize="small",
+            color="grey",
+        )
     ax.set_xlabel("samples / s")
     ax.set_title(title)
     ax.invert_yaxis()

@@ -106,10 +106,9 @@ def verdict(run: dict[str, Any], base: dict[str, Any]) -> str | None:
         for k in FINGERPRINT_KEYS
         if mine.get(k) != theirs.get(k)
     ]
-    if not reasons:  # on other hardware the calibrations differ anyway
-        reasons += _calibration_reasons(mine, theirs)
+    other_hardware = bool(reasons)  # whose calibrations differ anyway
     loads = [_other_cores(m) for m in machines]
-    if None not in loads:
+    if None not in loads:  # the load first: the likeliest cause on a shared machine
         if abs(loads[0] - loads[1]) > LOAD_TOLERANCE_CORES:
             reasons.append(f"load {loads[0]:.1f} vs {loads[1]:.1f} cores")
         for name, load, machine in zip(("this run", "the base run"), loads, machines, strict=True):
@@ -117,6 +116,11 @@ def verdict(run: dict[str, Any], base: dict[str, Any]) -> str | None:
             if load >= cores:
                 reasons.append(f"busy machine in {name} (others used {load:.1f} of {cores} cores)")
     reasons += _gpu_reasons(mine, theirs)
+    if not other_hardware:
+        calibration = _calibration_reasons(mine, theirs)
+        reasons += sorted(calibration, key=lambda r: "changed" in r)  # across runs first
+    if len(reasons) > 3:  # a table cell: the first three, the CSV's verdict column alike
+        reasons = [*reasons[:3], f"+{len(reasons) - 3} more"]
     return f"confounded: {'; '.join(reasons)}" if reasons else None
 
 

@@ -169,8 +169,10 @@ class Lifecycle:
         try:
             yield
         finally:
-            machine["calibration_after"] = calibrate(device, precision)
-            machine["load_end"] = load_sample()
+            # best effort: after a failed step (CUDA out of memory) the work's error is the news
+            with contextlib.suppress(Exception):
+                machine["calibration_after"] = calibrate(device, precision)
+                machine["load_end"] = load_sample()
 
     def __enter__(self) -> Lifecycle:
         if threading.current_thread() is threading.main_thread():

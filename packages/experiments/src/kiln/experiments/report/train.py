@@ -69,7 +69,10 @@ _RATIOS = {
 
 _COMPILE_KEYS = ("compile",)
 _DEVICE_KEYS = ("devices", "trainer.devices", "trainer.num_nodes", "trainer.strategy")
+# what identifies a run in a record with neither a resolved config nor overrides
 _FIELDS = ("model", "precision", "compile_mode", "devices", "accumulate_grad_batches")
+_COMPILE_FIELDS = tuple(f for f in _FIELDS if f != "compile_mode")
+_DEVICE_FIELDS = tuple(f for f in _FIELDS if f != "devices")
 # (the launcher is a placement key, ignored everywhere: kiln.experiments.job.PLACEMENT_KEYS)
 
 
@@ -134,8 +137,8 @@ def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     count; repeats of one configuration (``repeat=``) are pooled on each side."""
     runs = [(rec, _row(rec)) for rec in records]
     same = [pair_key(rec, (), _FIELDS) for rec in records]  # repeats share it
-    by_compile = [pair_key(rec, _COMPILE_KEYS, _FIELDS[:2] + _FIELDS[3:]) for rec in records]
-    by_devices = [pair_key(rec, _DEVICE_KEYS, _FIELDS[:3] + _FIELDS[4:]) for rec in records]
+    by_compile = [pair_key(rec, _COMPILE_KEYS, _COMPILE_FIELDS) for rec in records]
+    by_devices = [pair_key(rec, _DEVICE_KEYS, _DEVICE_FIELDS) for rec in records]
     for i, (rec, row) in enumerate(runs):
         own = [
             runs[j] for j in range(len(runs)) if same[j] == same[i] and runs[j][1]["step_time_ms"]

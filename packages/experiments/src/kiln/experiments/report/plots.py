@@ -17,6 +17,15 @@ def _pyplot():
     return plt
 
 
+def _grey_out(bar: Any) -> None:
+    """Draw ``bar`` grey and cross-hatched: its figure is no result (confounded, noisy)."""
+    bar.set_facecolor("lightgrey")
+    bar.set_edgecolor("dimgrey")
+    bar.set_hatch("xx")
+    if hasattr(bar, "set_hatchcolor"):  # matplotlib >= 3.10; older ones hatch in black
+        bar.set_hatchcolor("dimgrey")
+
+
 def speedup_bars(
     rows: Sequence[dict[str, Any]], path: Path, title: str, noisy: Sequence[str] = ()
 ) -> Path:
@@ -54,9 +63,7 @@ def speedup_bars(
         bars = ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=label)
         for bar, ok in zip(bars, passed, strict=True):
             if precision in noisy:
-                bar.set_color("lightgrey")
-                bar.set_edgecolor("grey")
-                bar.set_hatch("xx")
+                _grey_out(bar)
             if not ok:
                 bar.set_fill(False)
                 bar.set_hatch("//")
@@ -101,9 +108,7 @@ def throughput_bars(rows: Sequence[dict[str, Any]], path: Path, title: str) -> P
     for bar, row in zip(bars, rows, strict=True):
         verdicts = [str(row.get(k) or "") for k in ("speedup_verdict", "scaling_verdict")]
         if any(v.startswith("confounded") for v in verdicts):
-            bar.set_color("lightgrey")
-            bar.set_edgecolor("grey")
-            bar.set_hatch("xx")
+            _grey_out(bar)
             confounded = True
     if confounded:
         ax.text(

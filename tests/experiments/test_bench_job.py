@@ -111,5 +111,7 @@ def test_tiny_bench_sweep_end_to_end(tmp_path):
     assert report_main([str(sweep_dir), "--quiet", "--wandb"]) == 0
     assert (sweep_dir / "speedup.png").is_file()
     summary = (sweep_dir / "bench_summary.csv").read_text().splitlines()
-    assert len(summary) == 3 and summary[0].startswith("compile_mode,precision,models")
+    assert len(summary) == 3 and summary[0].startswith(
+        "compile_mode,precision,control,machine,models"
+    )
     assert list((sweep_dir / "report" / "wandb").glob("offline-run-*"))

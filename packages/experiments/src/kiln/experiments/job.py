@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
-import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,20 +134,19 @@ class JobInfo:
 
 
 def machine_info() -> dict[str, Any]:
-    """The machine a job ran on: device name, torch and CUDA versions, host name."""
+    """The machine a job runs on: :func:`kiln.core.machine.describe_machine` (host, CPU, GPUs,
+    versions, SLURM job) plus ``device`` (the first GPU's name, or ``cpu``) and
+    ``device_count`` as torch sees them (``CUDA_VISIBLE_DEVICES`` applied). The job adds its
+    load and calibration (:meth:`kiln.experiments.lifecycle.Lifecycle.measured`)."""
     import torch
 
-    device = "cpu"
-    if torch.cuda.is_available():
-        device = torch.cuda.get_device_name(0)
+    from kiln.core.machine import describe_machine
+
+    cuda = torch.cuda.is_available()
     return {
-        "device": device,
-        "device_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
-        "python": platform.python_version(),
-        "hostname": socket.gethostname(),
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+        "device_count": torch.cuda.device_count() if cuda else 0,
+        **describe_machine(),
     }
 
 

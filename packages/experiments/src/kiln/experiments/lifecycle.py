@@ -22,13 +22,15 @@ SIGTERM are recorded, then propagate.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,15 @@ class Requeued(SystemExit):
 
     def __str__(self) -> str:
         return "stopped by SIGUSR2 at a step boundary with a checkpoint; requeued by submitit"
+
+
+def _calibration_device(accelerator: str) -> str:
+    """The device a job at ``accelerator`` computes on (this process's local GPU, or CPU)."""
+    import torch
+
+    if accelerator in ("auto", "cuda", "gpu") and torch.cuda.is_available():
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+    return "cpu"
 
 
 def _terminated(signum: int, frame: Any) -> None:
@@ -155,9 +166,36 @@ class Lifecycle:
         (``resume``: continue the run of an earlier attempt in this job directory)."""
         if not self.writer:
             return
+        config = {**config, "machine": self.record["machine"]}
         self.tracker = Tracker(cfg, self.job, config=config, tags=tags, resume=resume)
         self.tracker.start()
         self.record["wandb"] = self.tracker.info
+
+    @contextlib.contextmanager
+    def measured(self, accelerator: str, precision: str) -> Iterator[None]:
+        """Around the job's measured work (training, benchmarking): the machine's load
+        (:func:`kiln.core.machine.load_sample`) and a calibration
+        (:func:`kiln.core.machine.calibrate` on the job's device, at its precision) just
+        before and just after, into ``record["machine"]`` (``load_start``/``load_end``,
+        ``calibration_before``/``calibration_after``) and the W&B run's config."""
+        from kiln.core.machine import calibrate, load_sample
+
+        if not self.writer:  # one record: rank 0 measures its own device
+            yield
+            return
+        device = _calibration_device(accelerator)
+        machine = self.record["machine"]
+        machine["load_start"] = load_sample()
+        machine["calibration_before"] = calibrate(device, precision)
+        if self.tracker is not None:
+            self.tracker.update_config({"machine": machine})
+        try:
+            yield
+        finally:
+            # best effort: after a failed step (CUDA out of memory) the work's error is the news
+            with contextlib.suppress(Exception):
+                machine["calibration_after"] = calibrate(device, precision)
+                machine["load_end"] = load_sample()
 
     def __enter__(self) -> Lifecycle:
         if threading.current_thread() is threading.main_thread():
@@ -203,6 +241,7 @@ class Lifecycle:
                 record = {**self.kept, **attempts}
             write_job_json(Path(self.job.output_dir) / self.kind.file, record)
         if self.tracker is not None:
+            self.tracker.update_config({"machine": self.record["machine"]})
             if self.summarize:
                 self.tracker.summarize(self.summarize(self.record))
             reason = self.record[self.kind.reason_key] if self.failed else None

@@ -82,6 +82,11 @@ class JobConfig:
     """Extra W&B tags for the run."""
     print_config: bool = False
     """Print the config before the job starts."""
+    repeat: int = 0
+    """Which repeat of its configuration this job is: ``-m compile=none,default
+    repeat=range(3)`` runs each configuration 3 times, interleaved (A B A B A B, whatever
+    the order on the command line: :mod:`kiln.experiments.repeats`); kiln-report pools a
+    configuration's repeats and bootstraps across them."""
     plugins: list[str] = field(default_factory=list)
     """Modules (or ``module:callable``) to import before the model is built, in every
     process of the job: a user's package that registers models (``kiln.models.plugins``)."""

@@ -17,6 +17,8 @@ MEMORY_KEYS = ("memory_eager_mb", "memory_compiled_mb", "memory_ratio")
 SUMMARY_KEYS = (
     "status",
     "reason",
+    "control",
+    "noisy_machine",
     *SPEEDUP_KEYS,
     "eager_median_s",
     "compiled_median_s",

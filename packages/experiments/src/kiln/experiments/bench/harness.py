@@ -67,6 +67,24 @@ accepted between compiled and eager, by precision. PyTorch's harness uses about 
 AMP training; bf16 keeps 8 mantissa bits, so bf16 gets twice that."""
 
 
+CONTROL_BAND = (0.95, 1.05)
+"""An eager-against-eager control reads 1.0 on a quiet machine: outside this band, or with an
+interval that excludes 1.0, it says the machine was too noisy for the figures it ran with."""
+
+
+def control_noise(result: dict[str, Any]) -> str | None:
+    """Why a control's ``result`` (``compile=none``) says the machine was noisy, or ``None``."""
+    speedup, low, high = (result.get(k) for k in ("speedup", "speedup_ci_low", "speedup_ci_high"))
+    if not isinstance(speedup, int | float):
+        return None
+    low_band, high_band = CONTROL_BAND
+    if not low_band <= speedup <= high_band:
+        return f"control {speedup:.3f} outside [{low_band}, {high_band}]"
+    if isinstance(low, int | float) and isinstance(high, int | float) and not low <= 1.0 <= high:
+        return f"control interval [{low:.3f}, {high:.3f}] excludes 1.0"
+    return None
+
+
 def resolve_device(accelerator: str) -> torch.device:
     """``auto`` (CUDA when available), ``cpu`` or ``cuda``/``cuda:N`` as a ``torch.device``."""
     if accelerator == "auto":
@@ -284,6 +302,7 @@ def run_benchmark(
         "reason": None,
         "precision": precision,
         "compile_mode": compile_cfg.mode,
+        "control": compile_cfg.mode == "none",
         "backend": compile_cfg.backend,
         "repeats": repeats,
         "warmup": warmup,
@@ -317,6 +336,9 @@ def run_benchmark(
                 result.update(_peak_memory(eager, compiled, batch, memory_steps))
             result.update(_compile_stats(watch))
         result.update(_verdict(result["accuracy"]))
+        if result["control"]:  # nothing compiled: its first step is no compile time
+            result.update(compile_time_s=None, dynamo_compile_time_s=None)
+            result.update(noisy_machine=control_noise(result))
     except Exception as exc:  # a failing model is a row of the table, never a crashed sweep
         result["status"] = "error"
         reason = f"{type(exc).__name__}: {str(exc).strip()[:500]}"

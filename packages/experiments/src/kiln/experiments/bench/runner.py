@@ -90,6 +90,7 @@ def run_bench_job(cfg: DictConfig, job: JobInfo) -> dict[str, Any]:
             extra=settings.tags,
         )
         life.track(settings.logger, config=resolved, tags=tags)
-        life.record.update(measure(settings, resolved))
+        with life.measured(settings.trainer.accelerator, settings.trainer.precision):
+            life.record.update(measure(settings, resolved))
         _log_pairs(life.tracker, life.record)
     return life.record

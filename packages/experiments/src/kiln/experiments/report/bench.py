@@ -1,6 +1,9 @@
 """The speedup table of a kiln-bench sweep, as PyTorch's harness summarizes its runs.
 
-Per (compile mode, precision): the geometric-mean speedup over the models that *pass*
+Per (compile mode, precision): whether it is the control (``compile=none``, eager against
+eager) and whether a control at its precision says the machine was noisy (``machine``:
+``noisy machine: <model> control 1.385 outside [0.95, 1.05]``); the geometric-mean speedup
+over the models that *pass*
 the accuracy check, the pass rate over *all* models, how many passing models are
 significantly faster or slower (their bootstrap 95% interval excludes 1.0), the mean compile
 time and the geometric-mean memory ratio (compiled / eager) over the passing models.
@@ -19,6 +22,7 @@ MODEL_COLUMNS = [
     "model",
     "compile_mode",
     "precision",
+    "control",
     "status",
     *SPEEDUP_KEYS,
     "eager_ms",
@@ -34,6 +38,8 @@ MODEL_COLUMNS = [
 SUMMARY_COLUMNS = [
     "compile_mode",
     "precision",
+    "control",
+    "machine",
     "models",
     "passed",
     "pass_rate",
@@ -62,11 +68,15 @@ def model_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "model": rec.get("model", "?"),
                 "compile_mode": rec.get("compile_mode", "?"),
                 "precision": rec.get("precision", "?"),
+                "control": rec.get("compile_mode") == "none",
                 "status": rec.get("status", "error"),
                 **{k: rec.get(k) for k in SPEEDUP_KEYS},
                 "eager_ms": eager * 1e3 if eager is not None else None,
                 "compiled_ms": compiled * 1e3 if compiled is not None else None,
-                "compile_time_s": rec.get("compile_time_s"),
+                # a control compiles nothing (older records timed its first step)
+                "compile_time_s": None
+                if rec.get("compile_mode") == "none"
+                else rec.get("compile_time_s"),
                 **{k: rec.get(k) for k in MEMORY_KEYS},
                 "graph_breaks": rec.get("graph_breaks"),
                 "recompiles": rec.get("recompiles"),
@@ -80,6 +90,20 @@ def model_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     )
 
 
+def noisy_precisions(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """``{precision: why}`` for each precision whose control (``compile=none``: eager against
+    eager) read outside :data:`~kiln.experiments.bench.harness.CONTROL_BAND` or with an
+    interval excluding 1.0: every (mode, precision) group at it ran on a noisy machine."""
+    from kiln.experiments.bench.harness import control_noise
+
+    noisy: dict[str, str] = {}
+    for row in rows:
+        why = control_noise(row) if row["control"] and row["status"] == "pass" else None
+        if why is not None:
+            noisy.setdefault(str(row["precision"]), f"{row['model']} {why}")
+    return noisy
+
+
 def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Aggregate :func:`model_rows` per (compile mode, precision).
 
@@ -90,6 +114,7 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         groups[(str(row["compile_mode"]), str(row["precision"]))].append(row)
+    noisy = noisy_precisions(rows)
     out = []
     for (mode, precision), members in sorted(groups.items()):
         passed = [r for r in members if r["status"] == "pass"]
@@ -100,6 +125,8 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             {
                 "compile_mode": mode,
                 "precision": precision,
+                "control": mode == "none",
+                "machine": f"noisy machine: {noisy[precision]}" if precision in noisy else None,
                 "models": len(members),
                 "passed": len(passed),
                 "pass_rate": len(passed) / len(members),

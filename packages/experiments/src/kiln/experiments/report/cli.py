@@ -22,7 +22,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kiln.experiments.report.bench import MODEL_COLUMNS, SUMMARY_COLUMNS, model_rows, summary_rows
+from kiln.experiments.report.bench import (
+    MODEL_COLUMNS,
+    SUMMARY_COLUMNS,
+    model_rows,
+    noisy_precisions,
+    summary_rows,
+)
 from kiln.experiments.report.load import load_sweep
 from kiln.experiments.report.render import (
     columns_of,
@@ -36,7 +42,7 @@ from kiln.experiments.report.train import NOISE_RULE, loss_curves, noise_marked,
 
 TRAIN_METHOD = (
     "steady step time = median optimizer-step time after warm-up (kiln.core "
-    "telemetry); speedup = eager run's step time / this run's, same overrides; "
+    "telemetry); speedup = eager run's step time / this run's, same resolved config; "
     f"MFU = achieved FLOP/s / the devices' peak (n/a where kiln knows no peak); {NOISE_RULE}"
 )
 _TRAIN_FIRST = [
@@ -69,10 +75,14 @@ _TRAIN_LAST = [
     "speedup_ci_low",
     "speedup_ci_high",
     "speedup_noise",
+    "speedup_verdict",
+    "speedup_bootstrap",
     "scaling_efficiency",
     "scaling_ci_low",
     "scaling_ci_high",
     "scaling_noise",
+    "scaling_verdict",
+    "scaling_bootstrap",
     "error",
 ]
 # in the CSV only: the printed tables fold them into the figure's cell
@@ -81,10 +91,17 @@ _CSV_ONLY = (
     "speedup_ci_low",
     "speedup_ci_high",
     "speedup_noise",
+    "speedup_verdict",
+    "speedup_bootstrap",
     "scaling_ci_low",
     "scaling_ci_high",
     "scaling_noise",
+    "scaling_verdict",
+    "scaling_bootstrap",
 )
+
+
+_BOOTSTRAPS = ("speedup_bootstrap", "scaling_bootstrap")
 
 
 def build_report(
@@ -125,7 +142,9 @@ def build_report(
             write_csv(out / "bench_summary.csv", summary, SUMMARY_COLUMNS),
             write_csv(out / "bench_models.csv", rows, MODEL_COLUMNS),
         ]
-        plots.append(speedup_bars(rows, out / "speedup.png", "torch.compile training speedup"))
+        noisy = list(noisy_precisions(rows))
+        title = "torch.compile training speedup"
+        plots.append(speedup_bars(rows, out / "speedup.png", title, noisy=noisy))
         md += [
             "",
             "## torch.compile speedup per compile mode and precision",
@@ -150,7 +169,15 @@ def build_report(
         files.append(write_csv(out / "train_runs.csv", rows, columns))
         shown_columns = [c for c in columns if c not in _CSV_ONLY]
         shown["train_runs"] = (shown_columns, noise_marked(rows))
-        md += ["", "## Training runs", "", markdown_table(noise_marked(rows), shown_columns)]
+        boots = sorted({str(r[c]) for r in rows for c in _BOOTSTRAPS if r.get(c)})
+        said = f"Intervals bootstrapped {'; '.join(boots)}." if boots else ""
+        md += [
+            "",
+            "## Training runs",
+            "",
+            *([said, ""] if said else []),
+            markdown_table(noise_marked(rows), shown_columns),
+        ]
         if loss_curves(sweep.train):
             plots.append(loss_plot(sweep.train, out / "loss.png", "training loss"))
             md += ["", "![loss](loss.png)"]
@@ -172,6 +199,7 @@ def build_report(
 
     if show:
         print_header(md[:8])
+        print("\n".join(line for line in md if line.startswith("Intervals bootstrapped")))
         print_tables({**tables, **shown}, ", ".join(f.name for f in files if f.suffix != ".png"))
         print(f"wrote into {out}: {', '.join(f.name for f in files)}")
     return {"files": files, "tables": tables, "plots": plots, "records": records}

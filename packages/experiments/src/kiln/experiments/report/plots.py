@@ -58,12 +58,18 @@ def _shared_text(shared: Sequence[str]) -> str:
     return f"all runs: {', '.join(shared)}" if shared else ""
 
 
-def untrusted(row: dict[str, Any], noise_column: str | None = None) -> str | None:
+def untrusted(
+    row: dict[str, Any], noise_column: str | None = None, verdict_column: str | None = None
+) -> str | None:
     """Why ``row``'s ratio is not a result (drawn grey, hatched), or ``None``: a truthy
-    ``confounded`` entry (its text), a noise reason, a run that did not pass."""
+    ``confounded`` entry (its text), a ``confounded: ...`` verdict (kiln-report's comparison of
+    the two runs' machines), a noise reason, a run that did not pass."""
     confounded = row.get("confounded")
     if confounded:
         return confounded if isinstance(confounded, str) else "confounded"
+    said = str(row.get(verdict_column) or "") if verdict_column else ""
+    if said.startswith("confounded"):
+        return said
     if noise_column and row.get(noise_column):
         return f"noise: {row[noise_column]}"
     if row.get("status") not in (None, "ok", "pass"):
@@ -104,13 +110,16 @@ def run_styles(runs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
 # -- kiln-bench ---------------------------------------------------------------------------
 
 
-def speedup_bars(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
+def speedup_bars(
+    rows: Sequence[dict[str, Any]], path: Path, title: str, noisy: Sequence[str] = ()
+) -> Path:
     """:func:`speedup_figure` saved to ``path``."""
-    return _save(speedup_figure(rows, title), path)
+    return _save(speedup_figure(rows, title, noisy), path)
 
 
-def speedup_figure(rows: Sequence[dict[str, Any]], title: str) -> Any:
-    """Grouped bars: speedup of each model under each (compile mode, precision).
+def speedup_figure(rows: Sequence[dict[str, Any]], title: str, noisy: Sequence[str] = ()) -> Any:
+    """Grouped bars: speedup of each model under each (compile mode, precision); the groups
+    at a ``noisy`` precision (its control read off 1.0) are not results.
 
     The control (``compile=none``: eager against eager) is no bar: it is the reference line
     at 1.0, and its measured ratios are printed in the legend (how far the machine's noise
@@ -150,8 +159,9 @@ def speedup_figure(rows: Sequence[dict[str, Any]], title: str) -> Any:
             ys.append(y)
             lo.append(max(y - (low if low is not None else y), 0))
             hi.append(max((high if high is not None else y) - y, 0))
-            flags.append(untrusted(r))
-        bars = ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=f"{mode} / {precision}")
+            flags.append("noisy machine" if precision in noisy else untrusted(r))
+        label = f"{mode} / {precision}" + (" (noisy machine)" if precision in noisy else "")
+        bars = ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=label)
         for bar, flag in zip(bars, flags, strict=True):
             if flag:
                 marked = True
@@ -172,7 +182,9 @@ def speedup_figure(rows: Sequence[dict[str, Any]], title: str) -> Any:
         fig,
         [
             f"error bars: {interval}",
-            "grey, hatched: not a result (accuracy check failed, or confounded)" if marked else "",
+            "grey, hatched: not a result (accuracy check failed, noisy machine or confounded)"
+            if marked
+            else "",
         ],
     )
     return fig
@@ -241,6 +253,7 @@ def ratio_figure(
     (every run of the sweep, the reference runs too; default: ``rows``' runs)."""
     plt = _pyplot()
     column, low_col, high_col, noise_col = columns
+    verdict_col = column.split("_")[0] + "_verdict"  # speedup_verdict, scaling_verdict
     names = list(dict.fromkeys([*sweep_runs, *(str(r["run"]) for r in rows)]))
     all_labels, shared = differing_labels(names, sep="\n")
     labels = [all_labels[names.index(str(r["run"]))] for r in rows]
@@ -255,7 +268,7 @@ def ratio_figure(
         for y, r in zip(ys, rows, strict=True)
     ]
     bars = ax.bar(range(len(rows)), ys, 0.6, yerr=[lo, hi], capsize=4, color="C0")
-    flags = [untrusted(r, noise_col) for r in rows]
+    flags = [untrusted(r, noise_col, verdict_col) for r in rows]
     for bar, flag in zip(bars, flags, strict=True):
         if flag:
             bar.set(facecolor=_UNTRUSTED["facecolor"], edgecolor=_UNTRUSTED["edgecolor"])

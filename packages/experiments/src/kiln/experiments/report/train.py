@@ -3,10 +3,14 @@
 Besides each run's final metrics and telemetry it derives
 
 - ``speedup_vs_eager``: the steady step time of the run with ``compile=none`` and otherwise
-  the same overrides, divided by this run's (so the eager run itself is 1.0);
+  the same resolved config, divided by this run's (so the eager run itself is 1.0);
 - ``scaling_efficiency``: throughput per device relative to the run with the fewest devices
-  and otherwise the same overrides (1.0 is perfect linear scaling). ``samples_per_s`` is
-  the global throughput of a run, over all its devices.
+  and otherwise the same resolved config (1.0 is perfect linear scaling). ``samples_per_s``
+  is the global throughput of a run, over all its devices.
+
+Each ratio also gets a ``*_verdict``: ``confounded: <reason>`` when the two runs' machines,
+calibrations or loads differ (:mod:`kiln.experiments.report.comparable`), ``unverified: no
+machine record`` for older summaries, ``unpaired: <why>`` when a run has no partner.
 
 Both are ratios of two noisy measurements, so each carries an interval (``*_ci_low``,
 ``*_ci_high``) and a ``*_noise`` reason. The interval is a bootstrap 95% interval of the
@@ -24,35 +28,52 @@ from typing import Any
 
 import numpy as np
 
-from kiln.experiments.bench.stats import band_ratio_interval, bootstrap_ratio_interval
+from kiln.experiments.bench.stats import (
+    band_ratio_interval,
+    bootstrap_ratio_interval,
+    bootstrap_runs_ratio_interval,
+)
 from kiln.experiments.console import fmt
 from kiln.experiments.job import identity_overrides
 from kiln.experiments.mfu import mfu_fields, mfu_text
+from kiln.experiments.report.comparable import TRUST_RULE, impossible, verdict
+from kiln.experiments.report.pairing import pair_key, why_unpaired
 
 MIN_MEASURED_STEPS = 20
 """Fewer measured (post-warm-up) steps than this in either run make a ratio noise."""
 NOISE_RULE = (
     f"a speedup or scaling efficiency is marked noise when either run measured fewer than "
-    f"{MIN_MEASURED_STEPS} steps or its 95% interval (bootstrap of the runs' step times; "
-    f"from older summaries without them, the ratio of their bands median +- IQR/2) spans 1.0"
+    f"{MIN_MEASURED_STEPS} steps or its 95% interval spans 1.0; the interval is a bootstrap "
+    f"of the runs' step times (within runs), and over the repeats too where a configuration "
+    f"ran more than once (`repeat=range(N)`: across repeats and within runs); from older "
+    f"summaries without step times, the ratio of their bands median +- IQR/2; runs are paired "
+    f"by their resolved configs; {TRUST_RULE}"
 )
-# (figure column, its interval and noise columns)
+# (figure column, its interval, noise, verdict and bootstrap columns)
 _RATIOS = {
-    "speedup_vs_eager": ("speedup_ci_low", "speedup_ci_high", "speedup_noise"),
-    "scaling_efficiency": ("scaling_ci_low", "scaling_ci_high", "scaling_noise"),
+    "speedup_vs_eager": (
+        "speedup_ci_low",
+        "speedup_ci_high",
+        "speedup_noise",
+        "speedup_verdict",
+        "speedup_bootstrap",
+    ),
+    "scaling_efficiency": (
+        "scaling_ci_low",
+        "scaling_ci_high",
+        "scaling_noise",
+        "scaling_verdict",
+        "scaling_bootstrap",
+    ),
 }
 
 _COMPILE_KEYS = ("compile",)
 _DEVICE_KEYS = ("devices", "trainer.devices", "trainer.num_nodes", "trainer.strategy")
+# what identifies a run in a record with neither a resolved config nor overrides
+_FIELDS = ("model", "precision", "compile_mode", "devices", "accumulate_grad_batches")
+_COMPILE_FIELDS = tuple(f for f in _FIELDS if f != "compile_mode")
+_DEVICE_FIELDS = tuple(f for f in _FIELDS if f != "devices")
 # (the launcher is a placement key, ignored everywhere: kiln.experiments.job.PLACEMENT_KEYS)
-
-
-def _config_key(record: dict[str, Any], ignore: tuple[str, ...], fields: tuple[str, ...]) -> tuple:
-    """What identifies a run apart from ``ignore``d overrides (or ``fields`` without overrides)."""
-    overrides = record.get("overrides")
-    if overrides:
-        return tuple(sorted(identity_overrides(overrides, ignore)))
-    return tuple(record.get(f) for f in fields)
 
 
 def run_name(record: dict[str, Any]) -> str:
@@ -68,86 +89,104 @@ def _devices(record: dict[str, Any]) -> int:
     return int(record.get("devices") or 1) * int(record.get("num_nodes") or 1)
 
 
-def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Flat rows (metrics, telemetry, speedup against eager, scaling efficiency), one per run."""
-    rows, times = [], {}
-    for rec in records:
-        tel = rec.get("telemetry") or {}
-        row: dict[str, Any] = {
-            "run": run_name(rec),
-            "model": rec.get("model"),
-            "precision": rec.get("precision"),
-            "compile_mode": rec.get("compile_mode"),
-            "devices": _devices(rec),
-            "accumulate_grad_batches": rec.get("accumulate_grad_batches"),
-            "status": rec.get("status"),
-            "global_step": rec.get("global_step"),
-            "train_loss": rec.get("train_loss"),
+def _row(rec: dict[str, Any]) -> dict[str, Any]:
+    tel = rec.get("telemetry") or {}
+    row: dict[str, Any] = {
+        "run": run_name(rec),
+        "model": rec.get("model"),
+        "precision": rec.get("precision"),
+        "compile_mode": rec.get("compile_mode"),
+        "devices": _devices(rec),
+        "accumulate_grad_batches": rec.get("accumulate_grad_batches"),
+        "status": rec.get("status"),
+        "global_step": rec.get("global_step"),
+        "train_loss": rec.get("train_loss"),
+    }
+    for name, value in sorted((rec.get("metrics") or {}).items()):
+        row[name] = value
+    step = tel.get("step_time_median_s")
+    row.update(
+        {
+            "step_time_ms": step * 1e3 if isinstance(step, int | float) else None,
+            "step_time_iqr_ms": tel["step_time_iqr_s"] * 1e3
+            if isinstance(tel.get("step_time_iqr_s"), int | float)
+            else None,
+            "samples_per_s": tel.get("samples_per_s"),
+            "tokens_per_s": tel.get("tokens_per_s"),
+            **mfu_fields(rec),
+            "compile_time_s": tel.get("compile_time_s"),
+            "compile_cache": tel.get("compile_cache"),
+            "peak_memory_mb": tel.get("peak_memory_mb"),
+            "recompiles": tel.get("recompiles"),
+            "graph_breaks": tel.get("graph_breaks"),
+            "measured_steps": tel.get("measured_steps"),
+            "speedup_vs_eager": None,
+            "scaling_efficiency": None,
+            **{col: None for cols in _RATIOS.values() for col in cols},
+            "error": rec.get("error"),
         }
-        for name, value in sorted((rec.get("metrics") or {}).items()):
-            row[name] = value
-        step = tel.get("step_time_median_s")
-        row.update(
-            {
-                "step_time_ms": step * 1e3 if isinstance(step, int | float) else None,
-                "step_time_iqr_ms": tel["step_time_iqr_s"] * 1e3
-                if isinstance(tel.get("step_time_iqr_s"), int | float)
-                else None,
-                "samples_per_s": tel.get("samples_per_s"),
-                "tokens_per_s": tel.get("tokens_per_s"),
-                **mfu_fields(rec),
-                "compile_time_s": tel.get("compile_time_s"),
-                "compile_cache": tel.get("compile_cache"),
-                "peak_memory_mb": tel.get("peak_memory_mb"),
-                "recompiles": tel.get("recompiles"),
-                "graph_breaks": tel.get("graph_breaks"),
-                "measured_steps": tel.get("measured_steps"),
-                "speedup_vs_eager": None,
-                "scaling_efficiency": None,
-                **{col: None for cols in _RATIOS.values() for col in cols},
-                "error": rec.get("error"),
-            }
-        )
-        rows.append(row)
-        times[id(row)] = tel.get("step_times_s")
+    )
+    return row
 
-    compile_keys = [
-        _config_key(r, _COMPILE_KEYS, ("model", "precision", "devices", "accumulate_grad_batches"))
-        for r in records
-    ]
-    device_keys = [
-        _config_key(
-            r, _DEVICE_KEYS, ("model", "precision", "compile_mode", "accumulate_grad_batches")
-        )
-        for r in records
-    ]
-    for i, row in enumerate(rows):
-        eager = [
-            rows[j]
-            for j in range(len(rows))
-            if compile_keys[j] == compile_keys[i]
-            and rows[j]["compile_mode"] == "none"
-            and rows[j]["step_time_ms"]
+
+def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Flat rows (metrics, telemetry, speedup against eager, scaling efficiency), one per run.
+
+    Runs pair by resolved config (:mod:`kiln.experiments.report.pairing`): a compiled run's
+    eager partner differs from it only in ``compile``, a scaling peer only in the device
+    count; repeats of one configuration (``repeat=``) are pooled on each side."""
+    runs = [(rec, _row(rec)) for rec in records]
+    same = [pair_key(rec, (), _FIELDS) for rec in records]  # repeats share it
+    by_compile = [pair_key(rec, _COMPILE_KEYS, _COMPILE_FIELDS) for rec in records]
+    by_devices = [pair_key(rec, _DEVICE_KEYS, _DEVICE_FIELDS) for rec in records]
+    for i, (rec, row) in enumerate(runs):
+        own = [
+            runs[j] for j in range(len(runs)) if same[j] == same[i] and runs[j][1]["step_time_ms"]
         ]
-        if eager and row["step_time_ms"]:
-            row["speedup_vs_eager"] = eager[0]["step_time_ms"] / row["step_time_ms"]
-            if eager[0] is not row:  # the eager run against itself is 1.0 by definition
-                _mark(row, "speedup_vs_eager", eager[0], row, times)
+        eager = [
+            runs[j]
+            for j in range(len(runs))
+            if by_compile[j] == by_compile[i]
+            and runs[j][1]["compile_mode"] == "none"
+            and runs[j][1]["step_time_ms"]
+        ]
+        if row["compile_mode"] == "none" and row["step_time_ms"]:
+            row["speedup_vs_eager"] = 1.0  # the eager run against itself, by definition
+        elif eager and row["step_time_ms"]:
+            figure = _median([r["step_time_ms"] for _, r in eager]) / _median(
+                [r["step_time_ms"] for _, r in own]
+            )
+            _ratio(row, "speedup_vs_eager", eager, own, figure)
+        elif row["compile_mode"] not in (None, "none"):
+            candidates = [r for r, other in runs if other["compile_mode"] == "none"]
+            row["speedup_verdict"] = why_unpaired(
+                rec, candidates, _COMPILE_KEYS, "compile=none run"
+            )
         peers = [
-            rows[j]
-            for j in range(len(rows))
-            if device_keys[j] == device_keys[i] and rows[j]["samples_per_s"]
+            runs[j]
+            for j in range(len(runs))
+            if by_devices[j] == by_devices[i] and runs[j][1]["samples_per_s"]
         ]
         if peers and row["samples_per_s"]:
-            base = min(peers, key=lambda r: r["devices"])
-            if row["devices"] != base["devices"] or len(peers) > 1:
-                row["scaling_efficiency"] = (row["samples_per_s"] / base["samples_per_s"]) / (
-                    row["devices"] / base["devices"]
+            fewest = min(p[1]["devices"] for p in peers)
+            base = [p for p in peers if p[1]["devices"] == fewest]
+            mine = [p for p in peers if p[1]["devices"] == row["devices"]]
+            if row["devices"] == fewest and len(peers) > len(base):
+                row["scaling_efficiency"] = 1.0  # the base of the comparison
+            elif row["devices"] != fewest:
+                figure = (
+                    _median([r["samples_per_s"] for _, r in mine])
+                    / _median([r["samples_per_s"] for _, r in base])
+                    * fewest
+                    / row["devices"]
                 )
-                if base is not row:
-                    _mark(row, "scaling_efficiency", base, row, times)
+                _ratio(row, "scaling_efficiency", base, mine, figure)
+        elif any(other["devices"] != row["devices"] for _, other in runs):
+            candidates = [r for r, other in runs if other["devices"] != row["devices"]]
+            what = "run on another device count"
+            row["scaling_verdict"] = why_unpaired(rec, candidates, _DEVICE_KEYS, what)
     return sorted(
-        rows,
+        (row for _, row in runs),
         key=lambda r: (
             str(r["model"]),
             str(r["precision"]),
@@ -158,30 +197,52 @@ def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     )
 
 
-def _mark(
+def _median(values: list[float]) -> float:
+    return float(np.median(values))
+
+
+def _ratio(
     row: dict[str, Any],
     column: str,
-    base: dict[str, Any],
-    run: dict[str, Any],
-    times: dict[int, Any],
+    base: list[tuple[dict[str, Any], dict[str, Any]]],
+    runs: list[tuple[dict[str, Any], dict[str, Any]]],
+    figure: float,
 ) -> None:
-    """Set ``column``'s interval and noise reason in ``row``: ``column`` is a ratio of
-    ``base``'s step time over ``run``'s (times a constant), so its interval is the figure
-    scaled by the interval of that step-time ratio. ``times`` maps a row's ``id`` to its
-    run's measured step times, where the summary has them."""
-    low_col, high_col, noise_col = _RATIOS[column]
-    steps = [r.get("measured_steps") for r in (base, run)]
-    base_times, run_times = times.get(id(base)), times.get(id(run))
-    medians = [(r.get("step_time_ms"), r.get("step_time_iqr_ms")) for r in (base, run)]
-    if base_times and run_times:
-        low, high = bootstrap_ratio_interval(base_times, run_times)
-        scale = row[column] / (float(np.median(base_times)) / float(np.median(run_times)))
+    """Set ``column`` of ``row`` to ``figure``, a ratio of the ``base`` runs over ``runs``
+    (each a list of (record, row): one run, or the repeats of one configuration) that moves
+    with their step-time ratio, with its interval (the step-time ratio's, scaled), noise
+    reason, verdict (are the runs comparable) and which bootstrap it took."""
+    low_col, high_col, noise_col, verdict_col, boot_col = _RATIOS[column]
+    rows = [[r for _, r in side] for side in (base, runs)]
+    row[column] = figure
+    times = [
+        [(rec.get("telemetry") or {}).get("step_times_s") for rec, _ in side]
+        for side in (base, runs)
+    ]
+    repeated = len(base) > 1 or len(runs) > 1
+    if all(t for side in times for t in side):
+        if repeated:
+            low, high = bootstrap_runs_ratio_interval(times[0], times[1])
+            row[boot_col] = f"across {len(base)} and {len(runs)} repeats and within runs"
+        else:
+            low, high = bootstrap_ratio_interval(times[0][0], times[1][0])
+            row[boot_col] = "within runs"
+        point = _median([_median(t) for t in times[0]]) / _median([_median(t) for t in times[1]])
+        row[low_col], row[high_col] = low * row[column] / point, high * row[column] / point
+    elif not repeated and all(
+        isinstance(r.get(k), int | float)
+        for side in rows
+        for r in side
+        for k in ("step_time_ms", "step_time_iqr_ms")
+    ):
+        (b,), (r,) = rows
+        low, high = band_ratio_interval(
+            b["step_time_ms"], b["step_time_iqr_ms"], r["step_time_ms"], r["step_time_iqr_ms"]
+        )
+        scale = row[column] / (b["step_time_ms"] / r["step_time_ms"])
         row[low_col], row[high_col] = low * scale, high * scale
-    elif all(isinstance(t, int | float) for pair in medians for t in pair):
-        (base_ms, base_iqr), (run_ms, run_iqr) = medians
-        low, high = band_ratio_interval(base_ms, base_iqr, run_ms, run_iqr)
-        scale = row[column] / (base_ms / run_ms)
-        row[low_col], row[high_col] = low * scale, high * scale
+        row[boot_col] = "IQR bands"
+    steps = [r.get("measured_steps") for side in rows for r in side]
     if any(not isinstance(n, int) for n in steps):
         row[noise_col] = "steps not recorded"
     elif min(steps) < MIN_MEASURED_STEPS:
@@ -190,24 +251,46 @@ def _mark(
         row[noise_col] = "no step-time spread"
     elif row[low_col] <= 1.0 <= row[high_col]:
         row[noise_col] = "interval spans 1.0"
+    # repeats pair in sweep order (interleaved: repeat k of each side ran next to each other)
+    pairs = (
+        list(zip(base, runs, strict=True))
+        if len(base) == len(runs)
+        else [(b, r) for b in base for r in runs]
+    )
+    verdicts = [verdict(r, b) for (b, _), (r, _) in pairs]
+    confounded = [v for v in verdicts if v and v.startswith("confounded")]
+    said = (confounded or [v for v in verdicts if v] or [None])[0]
+    if (why := impossible(column, row[column])) is not None:  # never bare, whatever else
+        said = f"{said}; {why}" if said and said.startswith("confounded") else f"confounded: {why}"
+    row[verdict_col] = said
 
 
 def noise_marked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``rows`` for printing: a speedup or scaling efficiency that is noise becomes the text
-    ``"1.03 (noise: 12 steps)"``, one that is not carries its interval
-    (``"2.000 [1.905, 2.105]"``) (the CSV keeps the number and the reason apart), and a
-    missing MFU says why (``"n/a (cpu)"``)."""
+    """``rows`` for printing: a speedup or scaling efficiency between runs that are not
+    comparable becomes ``"0.81 (confounded: calibration 0.55x)"``, one that is noise
+    ``"1.03 (noise: 12 steps)"``, one that is neither carries its interval
+    (``"2.000 [1.905, 2.105]"``), and ``(unverified: no machine record)`` follows either from
+    summaries without machine records; a missing figure says why (``unpaired: ...``); the
+    CSV keeps numbers and reasons apart. A missing MFU says why (``"n/a (cpu)"``)."""
     shown = []
     for row in rows:
         row = dict(row)
-        for column, (low_col, high_col, noise_col) in _RATIOS.items():
+        for column, (low_col, high_col, noise_col, verdict_col, _) in _RATIOS.items():
+            said = row.get(verdict_col)
             if row.get(column) is None:
+                row[column] = said
+                continue
+            figure = fmt(row[column], column)
+            if said and said.startswith("confounded"):
+                row[column] = f"{figure} ({said})"
                 continue
             if row.get(noise_col):
-                row[column] = f"{fmt(row[column], column)} (noise: {row[noise_col]})"
+                row[column] = f"{figure} (noise: {row[noise_col]})"
             elif row.get(low_col) is not None:
                 low, high = (fmt(row[c], column) for c in (low_col, high_col))
-                row[column] = f"{fmt(row[column], column)} [{low}, {high}]"
+                row[column] = f"{figure} [{low}, {high}]"
+            if said:
+                row[column] = f"{row[column]} ({said})"
         row["mfu"] = mfu_text(row)
         shown.append(row)
     return shown

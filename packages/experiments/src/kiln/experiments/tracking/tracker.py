@@ -142,6 +142,12 @@ class Tracker:
         hydra = {"choices": dict(self.job.choices), "overrides": list(self.job.overrides)}
         return {**self.config, "hydra": hydra}
 
+    def update_config(self, values: dict[str, Any]) -> None:
+        """Add or replace ``values`` in the run's config (e.g. the machine's load and
+        calibration at the end of the job)."""
+        if self.run is not None:
+            self.run.config.update(values, allow_val_change=True)
+
     def summarize(self, values: dict[str, Any]) -> None:
         """Write ``values`` (final metrics, telemetry, status) into the run's summary."""
         if self.run is not None:

@@ -236,7 +236,8 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             life.track(LoggerConfig(**resolved["logger"]), config=resolved, tags=tags, resume=True)
             if life.tracker is not None and checkpoint is not None:
                 job_resume.backfill(life.loggers, checkpoint, life.tracker.logged_through)
-            result = train(resolved, life.loggers, module)
+            with life.measured(trainer["accelerator"], trainer["precision"]):
+                result = train(resolved, life.loggers, module)
             life.record.update(
                 **{
                     k: result[k]

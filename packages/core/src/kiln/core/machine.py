@@ -1,0 +1,279 @@
+"""What machine a job ran on, how loaded it was, and how fast it computed right then.
+
+Two runs' step times compare only when they ran on alike machines under alike load: on a
+shared machine (or two SLURM nodes) the same config can run 5x slower an hour later. So a
+job records
+
+- :func:`describe_machine`: the hardware and software fingerprint (host, CPU model and the
+  cores the process may use, GPUs through NVML, torch/CUDA/cuDNN versions, SLURM job);
+- :func:`load_sample`: the load average and the CPU share of *other* processes (this
+  process tree's own CPU time subtracted), and on GPUs the SM clock and memory other
+  processes hold, once at the start and once at the end;
+- :func:`calibrate`: a fixed, sub-second device benchmark (a matmul loop at the run's
+  precision, a memory copy) just before and just after training.
+
+Linux ``/proc`` is read directly; NVML (``nvidia-ml-py``) only where a GPU driver exists,
+so a CPU-only machine needs neither.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+LOAD_WINDOW_S = 0.2
+"""How long :func:`load_sample` watches the CPU counters."""
+CALIBRATION_BUDGET_S = 0.15
+"""Seconds each of :func:`calibrate`'s two loops (matmul, copy) runs for."""
+
+# the dtype a precision's matmuls run in (mixed precision: autocast's half type)
+_CALIBRATION_DTYPES = {
+    "64-true": torch.float64,
+    "32-true": torch.float32,
+    "32": torch.float32,
+    "16-mixed": torch.float16,
+    "16-true": torch.float16,
+    "bf16-mixed": torch.bfloat16,
+    "bf16-true": torch.bfloat16,
+}
+
+
+def _nvml() -> Any | None:
+    """The initialized ``pynvml`` module, or ``None`` without the package or a GPU driver."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no nvidia-ml-py, no libnvidia-ml, no driver: a CPU machine
+        return None
+    return pynvml
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _affinity() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def _gpus(nvml: Any | None) -> dict[str, Any]:
+    if nvml is None:
+        return {"gpu_names": [], "gpu_count": 0, "gpu_driver": None, "gpu_cuda_driver": None}
+    count = nvml.nvmlDeviceGetCount()
+    names = [nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count)]
+    cuda = nvml.nvmlSystemGetCudaDriverVersion_v2()  # e.g. 12040 -> "12.4"
+    return {
+        "gpu_names": [n.decode() if isinstance(n, bytes) else str(n) for n in names],
+        "gpu_count": count,
+        "gpu_driver": str(nvml.nvmlSystemGetDriverVersion()),
+        "gpu_cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}",
+    }
+
+
+def describe_machine() -> dict[str, Any]:
+    """The machine's fingerprint and versions (static for a job's lifetime).
+
+    Returns:
+        ``hostname``, ``cpu_model``, ``cpu_count``, ``affinity_cores`` (how many cores this
+        process may run on) and ``affinity``, ``gpu_names``/``gpu_count``/``gpu_driver``/
+        ``gpu_cuda_driver`` (NVML; empty on a CPU machine), ``torch``, ``cuda`` (torch's
+        build), ``cudnn``, ``python``, and ``slurm_job_id``/``slurm_nodelist`` (``None``
+        outside SLURM).
+    """
+    affinity = _affinity()
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "hostname": socket.gethostname(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "affinity_cores": len(affinity),
+        "affinity": affinity,
+        **_gpus(_nvml()),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": cudnn,
+        "python": platform.python_version(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "slurm_nodelist": os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST"),
+    }
+
+
+FINGERPRINT_KEYS = ("hostname", "cpu_model", "affinity_cores", "gpu_names", "gpu_driver", "torch")
+"""The :func:`describe_machine` fields two runs must share for their times to compare."""
+
+
+def _tree_pids(root: int) -> set[int]:
+    """``root`` and all its descendants (``/proc/<pid>/stat``'s parent field)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # the process ended while we looked
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        tree.add(pid)
+        todo += parents.get(pid, [])
+    return tree
+
+
+def _tree_cpu_ticks(pids: set[int]) -> int:
+    """User + system CPU ticks of ``pids`` (those still running)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total
+
+
+def _busy_ticks() -> int:
+    """All CPUs' non-idle ticks since boot (``/proc/stat``: all but idle and iowait)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    return sum(values) - values[3] - values[4]
+
+
+def _gpu_load(nvml: Any, tree: set[int]) -> list[dict[str, Any]]:
+    gpus = []
+    for i in range(nvml.nvmlDeviceGetCount()):
+        handle = nvml.nvmlDeviceGetHandleByIndex(i)
+        others = [
+            p
+            for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            if p.pid not in tree and p.usedGpuMemory is not None
+        ]
+        gpus.append(
+            {
+                "sm_clock_mhz": nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM),
+                "other_processes": len(others),
+                "other_memory_mb": sum(p.usedGpuMemory for p in others) / 2**20,
+            }
+        )
+    return gpus
+
+
+def load_sample(window_s: float = LOAD_WINDOW_S) -> dict[str, Any]:
+    """How busy the machine is with work other than this job, over ``window_s`` seconds.
+
+    Returns:
+        ``loadavg_1m`` (the kernel's, which counts this job too), ``other_cpu_cores``: how
+        many cores' worth of CPU time other processes used in the window (all CPUs' busy
+        time minus this process tree's), ``window_s``, and on GPUs ``gpus``: per device its
+        ``sm_clock_mhz``, ``other_processes`` and ``other_memory_mb``. ``other_cpu_cores``
+        is ``None`` where ``/proc`` cannot be read.
+    """
+    sample: dict[str, Any] = {"loadavg_1m": os.getloadavg()[0], "window_s": window_s}
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        tree = _tree_pids(os.getpid())
+        busy, own, start = _busy_ticks(), _tree_cpu_ticks(tree), time.perf_counter()
+        time.sleep(window_s)
+        busy, own = _busy_ticks() - busy, _tree_cpu_ticks(tree) - own
+        elapsed = time.perf_counter() - start
+        sample["other_cpu_cores"] = round(max(busy - own, 0) / tick / elapsed, 3)
+    except (OSError, ValueError, IndexError):
+        tree, sample["other_cpu_cores"] = {os.getpid()}, None
+    nvml = _nvml()
+    if nvml is not None:
+        sample["gpus"] = _gpu_load(nvml, tree)
+    return sample
+
+
+def calibration_dtype(precision: str) -> torch.dtype:
+    """The dtype a run at ``precision`` (a Fabric precision string) does its matmuls in.
+
+    Raises:
+        ValueError: ``precision`` is not one kiln knows.
+    """
+    if precision not in _CALIBRATION_DTYPES:
+        raise ValueError(
+            f"precision={precision!r} is not valid; choose one of: {', '.join(_CALIBRATION_DTYPES)}"
+        )
+    return _CALIBRATION_DTYPES[precision]
+
+
+def _rate(work: Any, budget_s: float, sync: Any) -> tuple[float, int]:
+    """Call ``work()`` for ``budget_s`` seconds (at least 3 times); calls per second over the
+    whole budget (not the fastest call: a call shorter than the scheduler's time slice
+    would miss the other processes that share the cores) and the calls made."""
+    calls, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < budget_s or calls < 3:
+        work()
+        sync()
+        calls += 1
+    return calls / elapsed, calls
+
+
+def calibrate(
+    device: str | torch.device = "cpu",
+    precision: str = "32-true",
+    budget_s: float = CALIBRATION_BUDGET_S,
+) -> dict[str, Any]:
+    """A fixed device benchmark of about ``2 * budget_s`` seconds: square matmuls in the
+    precision's dtype, then a float32 device-to-device copy.
+
+    Args:
+        device: Where the run computes (``cpu``, ``cuda``, ``cuda:1``).
+        precision: The run's Fabric precision (``32-true``, ``bf16-mixed``, ...).
+        budget_s: Seconds for each of the two loops.
+
+    Returns:
+        ``matmul_gflop_per_s`` (at ``matmul_dtype``, ``matmul_size``-square matrices) and
+        ``copy_gb_per_s`` (bytes read plus written per second over ``copy_mb`` MiB), with the
+        ``device`` and the ``seconds`` it took.
+    """
+    device = torch.device(device)
+    dtype = calibration_dtype(precision)
+    cuda = device.type == "cuda"
+    sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
+    size, copy_mb = (4096, 256) if cuda else (192, 64)
+    started = time.perf_counter()
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(size, size, generator=generator).to(device=device, dtype=dtype)
+    b = torch.randn(size, size, generator=generator).to(device=device, dtype=dtype)
+    matmuls = 4 if cuda else 2
+
+    def matmul() -> None:
+        for _ in range(matmuls):
+            torch.mm(a, b)
+
+    matmul()  # warm-up: kernels chosen, caches filled
+    per_s, chunks = _rate(matmul, budget_s, sync)
+    gflop = 2 * size**3 * matmuls / 1e9
+    src = torch.empty(copy_mb * 2**18, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    copies, copy_chunks = _rate(lambda: dst.copy_(src), budget_s, sync)
+    return {
+        "device": str(device),
+        "matmul_dtype": str(dtype).removeprefix("torch."),
+        "matmul_size": size,
+        "matmul_gflop_per_s": round(gflop * per_s, 3),
+        "copy_mb": copy_mb,
+        "copy_gb_per_s": round(2 * copy_mb * 2**20 * copies / 1e9, 3),
+        "chunks": chunks + copy_chunks,
+        "seconds": round(time.perf_counter() - started, 3),
+    }

@@ -1,0 +1,44 @@
+"""kiln.core.machine: the fingerprint, the load and the calibration a job records."""
+
+import os
+
+import pytest
+import torch
+
+from kiln.core.machine import (
+    FINGERPRINT_KEYS,
+    calibrate,
+    calibration_dtype,
+    describe_machine,
+    load_sample,
+)
+
+
+def test_describe_machine_holds_the_fingerprint_and_versions():
+    machine = describe_machine()
+    assert set(FINGERPRINT_KEYS) <= set(machine)
+    assert machine["affinity_cores"] == len(os.sched_getaffinity(0))
+    assert machine["torch"] == torch.__version__
+    assert machine["gpu_count"] == len(machine["gpu_names"])  # 0 here: no NVML driver needed
+
+
+def test_load_sample_subtracts_this_process_tree():
+    sample = load_sample(window_s=0.1)
+    assert sample["window_s"] == 0.1 and sample["loadavg_1m"] >= 0
+    # other processes cannot use more cores than the machine has
+    assert 0 <= sample["other_cpu_cores"] <= (os.cpu_count() or 1) + 0.5
+
+
+@pytest.mark.parametrize(
+    ("precision", "dtype"), [("32-true", "float32"), ("bf16-mixed", "bfloat16")]
+)
+def test_calibration_runs_at_the_precision_in_well_under_a_second(precision, dtype):
+    cal = calibrate("cpu", precision, budget_s=0.05)
+    assert cal["matmul_dtype"] == dtype and cal["device"] == "cpu"
+    assert cal["matmul_gflop_per_s"] > 0 and cal["copy_gb_per_s"] > 0
+    assert cal["seconds"] < 1.0
+
+
+def test_an_unknown_precision_names_the_valid_ones():
+    with pytest.raises(ValueError, match=r"precision='fp8' is not valid; choose one of: 64-true"):
+        calibration_dtype("fp8")

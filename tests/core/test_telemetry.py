@@ -1,10 +1,12 @@
 import math
+import subprocess
+import sys
 import warnings
 
 import pytest
 import torch
 
-from kiln.core.telemetry import CompileWatch, StepTimer, device_peak_memory_mb
+from kiln.core.telemetry import CompileWatch, StepTimer
 
 
 def test_step_timer_summary_over_steps_after_warmup():
@@ -65,12 +67,18 @@ def test_step_timer_falls_back_when_shorter_than_warmup():
 
 
 def test_peak_memory_on_cpu_is_the_process_peak_rss():
-    before = device_peak_memory_mb(torch.device("cpu"))
-    big = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
-    after = device_peak_memory_mb(torch.device("cpu"))
-    del big
+    # A fresh interpreter: in the suite's own process the peak is already set by earlier tests.
+    code = (
+        "import torch\n"
+        "from kiln.core.telemetry import device_peak_memory_mb as peak\n"
+        "before = peak(torch.device('cpu'))\n"
+        "big = torch.ones(256 * 2**20 // 4)  # 256 MiB, touched\n"
+        "print(before, peak(torch.device('cpu')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after = map(float, out.stdout.split())
     assert before > 10  # the interpreter and torch alone
-    assert after >= before + 32
+    assert after >= before + 128
 
 
 def test_recompiles_are_counted_and_the_warning_names_the_changed_size():

@@ -23,9 +23,10 @@ import platform
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # kiln-report reads records with FINGERPRINT_KEYS, without torch
+    import torch
 
 LOAD_WINDOW_S = 0.2
 """How long :func:`load_sample` watches the CPU counters."""
@@ -34,13 +35,13 @@ CALIBRATION_BUDGET_S = 0.15
 
 # the dtype a precision's matmuls run in (mixed precision: autocast's half type)
 _CALIBRATION_DTYPES = {
-    "64-true": torch.float64,
-    "32-true": torch.float32,
-    "32": torch.float32,
-    "16-mixed": torch.float16,
-    "16-true": torch.float16,
-    "bf16-mixed": torch.bfloat16,
-    "bf16-true": torch.bfloat16,
+    "64-true": "float64",
+    "32-true": "float32",
+    "32": "float32",
+    "16-mixed": "float16",
+    "16-true": "float16",
+    "bf16-mixed": "bfloat16",
+    "bf16-true": "bfloat16",
 }
 
 
@@ -96,6 +97,8 @@ def describe_machine() -> dict[str, Any]:
         build), ``cudnn``, ``python``, and ``slurm_job_id``/``slurm_nodelist`` (``None``
         outside SLURM).
     """
+    import torch
+
     affinity = _affinity()
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
@@ -212,7 +215,9 @@ def calibration_dtype(precision: str) -> torch.dtype:
         raise ValueError(
             f"precision={precision!r} is not valid; choose one of: {', '.join(_CALIBRATION_DTYPES)}"
         )
-    return _CALIBRATION_DTYPES[precision]
+    import torch
+
+    return getattr(torch, _CALIBRATION_DTYPES[precision])
 
 
 def _rate(work: Any, budget_s: float, sync: Any) -> tuple[float, int]:
@@ -245,6 +250,8 @@ def calibrate(
         ``copy_gb_per_s`` (bytes read plus written per second over ``copy_mb`` MiB), with the
         ``device`` and the ``seconds`` it took.
     """
+    import torch
+
     device = torch.device(device)
     dtype = calibration_dtype(precision)
     cuda = device.type == "cuda"

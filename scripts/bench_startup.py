@@ -106,7 +106,7 @@ def main() -> None:
     steps = [
         ("python + torch", med("import torch"), 0.0),
         ("kiln's job imports", med("job imports"), med("import torch")),
-        ("config (compose)", med("cfg"), med("import torch")),
+        ("config (compose)", med("cfg"), med("report help")),  # both import no torch
         ("model, data, Fabric, 1 step", med("1-step job"), med("job imports")),
         ("W&B offline run", med("1-step job, W&B"), med("1-step job")),
         ("second worker", med("1-step job, 2 workers"), med("1-step job")),

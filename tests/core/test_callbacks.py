@@ -211,9 +211,9 @@ def assert_same(a, b, where: str = "checkpoint") -> None:
 
 
 def test_best_checkpoint_holds_what_the_step_checkpoint_of_its_step_holds(tmp_path: Path) -> None:
-    """best.ckpt used to be written inside on_validation_metrics, before the callbacks after
-    BestCheckpoint had seen the metrics: it carried EarlyStopping's state of the step before
-    ({'best': 5.0, 'best_step': 4, 'wait': 2} where step-00000007.ckpt has 6.0, 7, 0)."""
+    """best.ckpt is written after every callback has seen the step's metrics: its
+    EarlyStopping state is that step's ({'best': 6.0, 'best_step': 7, 'wait': 0}), as in
+    step-00000007.ckpt, not the state of the step before."""
     scores = [1, 3, 2, 5, 4, 4.5, 6, 0]
     script = {step: float(v) for step, v in enumerate(scores, start=1)}
     trainer = cfg(

@@ -87,8 +87,8 @@ def test_explicit_damaged_or_foreign_checkpoint_fails_naming_it(tmp_path, refere
 
 
 def test_explicit_resume_of_a_directory_says_so_and_what_to_pass(tmp_path, reference) -> None:
-    """``trainer.resume=<a directory>`` used to say the checkpoint was "damaged ... the file
-    is incomplete or unreadable (truncated?)"."""
+    """``trainer.resume=<a directory>`` says it is a directory and names the checkpoint to
+    pass, rather than calling the checkpoint damaged."""
     shutil.copytree(reference["stopped"], tmp_path / "stopped")
     ckpt = tmp_path / "stopped" / "ckpt"
     newest = ckpt / "step-00000006.ckpt"  # the newest run.json records
@@ -182,7 +182,7 @@ def test_resuming_on_another_world_size_fails_naming_both(tmp_path, reference) -
         fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path, STEPS, resume=str(other)))
 
 
-@pytest.mark.timeout(120)  # it used to spin forever, restarting the same empty epoch
+@pytest.mark.timeout(120)  # a loop that restarts the same empty epoch would never end
 def test_resuming_past_the_end_of_a_shorter_epoch_fails_at_once(tmp_path, reference) -> None:
     # step 4 stands at micro-batch 8 of a 12-batch epoch; with batches of 4 an epoch has 6
     ckpt = reference["stopped"] / "ckpt" / "step-00000004.ckpt"

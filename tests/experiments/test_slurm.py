@@ -93,8 +93,8 @@ def test_two_job_sweep_runs_each_job_as_two_slurm_tasks(tmp_path):
 
 
 def test_one_slurm_task_for_two_devices_fails_naming_both_numbers(tmp_path):
-    """``srun --ntasks=1`` (no SLURM_NTASKS_PER_NODE) with trainer.devices=2 used to train on one
-    process while the summary and tags said 2 devices."""
+    """``srun --ntasks=1`` (no SLURM_NTASKS_PER_NODE) with trainer.devices=2 fails instead of
+    training on one process while the summary and tags say 2 devices."""
     env = {**os.environ, "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
     env.pop("SLURM_NTASKS_PER_NODE", None)
     cmd = ["srun", "--ntasks=1", sys.executable, "-m", "kiln.experiments.train", *TWO_TASKS[2:]]
@@ -152,9 +152,8 @@ STARTING += ["compile.backend=aot_eager"]
 
 def test_usr2_while_the_job_starts_requeues_it(tmp_path):
     """USR2 while submitit loads the job's pickle (before submitit or kiln installed a
-    handler) used to kill both tasks (``srun: error: tasks 0-1: User defined signal 2``):
-    no requeue, no job dir, and the submitter polled for ever. Now the job's first act
-    defers it, and submitit requeues the job once it can."""
+    handler) must not kill the tasks: the job's first act defers it, submitit requeues the
+    job once it can, and the sweep ends ok."""
     sweep, sweep_dir = _start_sweep(tmp_path, TWO_TASKS[2:])
     job_id = _wait_for_log(sweep, sweep_dir, "Loading pickle")
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=60)

@@ -49,8 +49,8 @@ def test_bad_learning_rate_fails_validation_naming_the_key(lr):
 
 @pytest.mark.parametrize("norm", ["nan", "inf", "-1.0", "0"])
 def test_bad_gradient_clip_norm_fails_validation_naming_the_key(norm):
-    """``nan <= 0`` is False: a NaN clip norm used to pass and fail steps later as
-    NonFiniteGradientError."""
+    """``nan <= 0`` is False: a NaN, infinite or non-positive clip norm must fail in the
+    config stage, not steps later as NonFiniteGradientError."""
     cfg = compose_train([f"trainer.gradient_clip_norm={norm}"])
     cfg.paths.output_dir = "/tmp/kiln-compose-test"
     with pytest.raises(
@@ -62,7 +62,7 @@ def test_bad_gradient_clip_norm_fails_validation_naming_the_key(norm):
 
 
 def test_a_negative_label_fails_before_training_naming_file_column_and_line(tmp_path):
-    """It used to fail mid-training: ``IndexError: Target -1 is out of bounds``."""
+    """A bad label fails before training (not mid-training, as torch's ``IndexError``)."""
     data = tmp_path / "reviews.csv"
     data.write_text("text,label\n" + "good film,1\nbad film,0\n" * 8 + "awful,-1\n")
     proc = run_train(

@@ -143,8 +143,8 @@ def test_sigterm_checkpoints_at_its_step_and_the_resume_is_exact(killed_twice) -
 @pytest.mark.process
 def test_ctrl_c_on_two_devices_stops_both_workers_at_a_step_with_a_checkpoint(tmp_path) -> None:
     """A terminal's Ctrl-C reaches the job's process group; torch's agent relays it to the
-    workers, which stop at one step boundary and hand their result back (they once waited
-    30 s for a kill, and the record said step 0). The re-run resumes there to the end."""
+    workers, which stop at one step boundary, at once, and hand their result back to the
+    record. The re-run resumes there to the end."""
     job_dir = tmp_path / "job"
     two = ("trainer.devices=2", "trainer.checkpoint_every_n_steps=1000")
     code = _start_and_stop(job_dir, tmp_path, signal.SIGINT, lambda o: "step 3/" in o, two, True)

@@ -136,7 +136,7 @@ def test_a_csv_without_rows_fails_naming_it(tmp_path, content):
 
 
 def test_no_generated_rows_fails_naming_the_option():
-    """``num_train=0`` used to fail as ``IndexError: list index out of range``."""
+    """``num_train=0`` fails naming the option and what is valid, before any row is indexed."""
     with pytest.raises(ValueError, match=r"^num_train=0 is not valid: kiln/sentiment needs"):
         TextClassificationData(num_train=0).raw()
 

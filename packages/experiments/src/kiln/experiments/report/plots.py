@@ -58,6 +58,12 @@ def _shared_text(shared: Sequence[str]) -> str:
     return f"all runs: {', '.join(shared)}" if shared else ""
 
 
+def _grey_out(bar: Any) -> None:
+    """Draw ``bar`` as a figure that is no result (noise, confounded, failed)."""
+    bar.set(facecolor=_UNTRUSTED["facecolor"], edgecolor=_UNTRUSTED["edgecolor"])
+    bar.set_hatch(_UNTRUSTED["hatch"])
+
+
 def untrusted(
     row: dict[str, Any], noise_column: str | None = None, verdict_column: str | None = None
 ) -> str | None:
@@ -165,8 +171,7 @@ def speedup_figure(rows: Sequence[dict[str, Any]], title: str, noisy: Sequence[s
         for bar, flag in zip(bars, flags, strict=True):
             if flag:
                 marked = True
-                bar.set(facecolor=_UNTRUSTED["facecolor"], edgecolor=_UNTRUSTED["edgecolor"])
-                bar.set_hatch(_UNTRUSTED["hatch"])
+                _grey_out(bar)
     ax.axhline(1.0, color="black", linewidth=1.0, linestyle="--", label=_control_label(controls))
     ax.set_xticks(range(len(models)))
     ax.set_xticklabels(models, rotation=30, ha="right")
@@ -271,8 +276,7 @@ def ratio_figure(
     flags = [untrusted(r, noise_col, verdict_col) for r in rows]
     for bar, flag in zip(bars, flags, strict=True):
         if flag:
-            bar.set(facecolor=_UNTRUSTED["facecolor"], edgecolor=_UNTRUSTED["edgecolor"])
-            bar.set_hatch(_UNTRUSTED["hatch"])
+            _grey_out(bar)
     ax.axhline(1.0, color="black", linewidth=1.0, linestyle="--", label=reference)
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels(labels, fontsize="small")
@@ -321,10 +325,6 @@ def ratio_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
         ylabel = "throughput per device / the base run's"
         plots.append(ratio_bars(scaled, png, title, columns, ylabel, "1.0 = linear scaling", runs))
     return plots
-
-
-def _with(values: list[float], rows: Sequence[dict[str, Any]]) -> Any:
-    return zip(values, rows, strict=True)
 
 
 def throughput_bars(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path:

@@ -1,4 +1,4 @@
-"""The fenced code blocks of README.md and the package READMEs, and what each one runs."""
+"""The fenced code blocks of README.md, docs/*.md and the package READMEs, and what each runs."""
 
 from __future__ import annotations
 
@@ -9,9 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted(ROOT.glob("packages/*/README.md"))]
+DOCS = [
+    ROOT / "README.md",
+    *sorted(ROOT.glob("docs/*.md")),
+    *sorted(ROOT.glob("packages/*/README.md")),
+]
 # On the line before a fence: the block cannot run here, and the comment says why.
-ILLUSTRATIVE = re.compile(r"^\s*<!--\s*illustrative:\s*\S.*-->\s*$")
+ILLUSTRATIVE = re.compile(r"^\s*<!--\s*illustrative:\s*(\S.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
 # Prefixes that start a command the way the READMEs do (inside uv's environment).
 LAUNCHERS = {"uv", "run", "--frozen", "--all-packages", "python", "-m", "sudo"}
@@ -20,13 +24,18 @@ ENTRY_MODULES = {"kiln.experiments.train": "kiln-train", "kiln.experiments.bench
 
 @dataclass
 class Block:
-    """One fenced block: where it is, its language, its text and whether it is illustrative."""
+    """One fenced block: where it is, its language, its text and, for an illustrative block,
+    why it cannot run (the comment on the line before its fence; empty otherwise)."""
 
     doc: Path
     line: int
     lang: str
     text: str
-    illustrative: bool
+    reason: str
+
+    @property
+    def illustrative(self) -> bool:
+        return bool(self.reason)
 
     @property
     def where(self) -> str:
@@ -43,9 +52,9 @@ def read_blocks(doc: Path) -> list[Block]:
             i += 1
             continue
         end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "```")
-        marked = i > 0 and bool(ILLUSTRATIVE.match(lines[i - 1]))
+        marked = ILLUSTRATIVE.match(lines[i - 1]) if i > 0 else None
         text = textwrap.dedent("\n".join(lines[i + 1 : end]))
-        blocks.append(Block(doc, i + 1, match.group(2), text, marked))
+        blocks.append(Block(doc, i + 1, match.group(2), text, marked.group(1) if marked else ""))
         i = end + 1
     return blocks
 

@@ -1,12 +1,14 @@
-"""Every fenced code block of README.md and packages/*/README.md that is a command or a
-config runs here, or says on the line before its fence why it cannot
-(``<!-- illustrative: a SLURM cluster -->``).
+"""Every fenced code block of README.md, docs/*.md and packages/*/README.md that is a command
+or a config runs here, or says on the line before its fence why it cannot
+(``<!-- illustrative: a SLURM cluster -->``); what cannot run is a skip with that reason, so
+the count says what ran.
 
-Cheaply: a ``kiln-train``/``kiln-bench`` command is composed and validated the way the entry
-point does it (each job of a sweep; also inside illustrative blocks); ``kiln-export``,
-``kiln-eval``, ``kiln-report`` and the W&B reader parse their arguments with their own
-parsers; ``make`` targets dry-run; Python blocks run in a fresh interpreter per README;
-YAML is composed (a config group option) or instantiated (a ``_target_``); TOML parses.
+Cheaply: each shell command is a test of its own. A ``kiln-train``/``kiln-bench`` command is
+composed and validated the way the entry point does it (each job of a sweep; also inside
+illustrative blocks); ``kiln-export``, ``kiln-eval``, ``kiln-report``, the W&B reader and
+``scripts/*.py`` parse their arguments with their own parsers; ``make`` targets dry-run;
+Python blocks run in a fresh interpreter per page; YAML is composed (a config group option)
+or instantiated (a ``_target_``); TOML parses.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import runpy
 import subprocess
 import sys
 import tomllib
@@ -39,6 +42,9 @@ ARGPARSE_COMMANDS = {
 }
 # Commands that only look at what an earlier command wrote.
 READ_ONLY = {"ls"}
+SHELL_COMMANDS = [
+    (block, argv) for block in BLOCKS if block.lang in SHELL for argv in commands(block.text)
+]
 
 
 def _jobs(args: list[str]) -> list[list[str]]:
@@ -92,10 +98,7 @@ class _Parsed(Exception):
     pass
 
 
-def _parse_only(module: str, args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run ``module.main(args)`` up to its argument parsing (a bad flag fails it)."""
-    import importlib
-
+def _stop_after_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
     real = argparse.ArgumentParser.parse_args
 
     def parse_then_stop(self, *a, **kw):
@@ -103,8 +106,25 @@ def _parse_only(module: str, args: list[str], monkeypatch: pytest.MonkeyPatch) -
         raise _Parsed
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+
+
+def _parse_only(module: str, args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run ``module.main(args)`` up to its argument parsing (a bad flag fails it)."""
+    import importlib
+
+    _stop_after_parsing(monkeypatch)
     with pytest.raises(_Parsed):
         importlib.import_module(module).main(args)
+
+
+def _parse_script(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run ``scripts/<name>.py args`` as ``__main__`` up to its argument parsing."""
+    path = ROOT / script
+    assert path.is_file(), f"{script} does not exist"
+    _stop_after_parsing(monkeypatch)
+    monkeypatch.setattr(sys, "argv", [str(path), *args])
+    with pytest.raises(_Parsed):
+        runpy.run_path(str(path), run_name="__main__")
 
 
 def _run_command(argv: list[str], block: Block, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -115,8 +135,12 @@ def _run_command(argv: list[str], block: Block, monkeypatch: pytest.MonkeyPatch)
             _compose(name, job)
     elif name in ARGPARSE_COMMANDS:
         _parse_only(ARGPARSE_COMMANDS[name], args, monkeypatch)
-    elif block.illustrative or name in READ_ONLY:
-        return
+    elif name.startswith("scripts/") and name.endswith(".py"):
+        _parse_script(name, args, monkeypatch)
+    elif block.illustrative:
+        pytest.skip(f"{block.where}: illustrative: {block.reason}")
+    elif name in READ_ONLY:
+        pytest.skip(f"{block.where}: `{name}` only reads what an earlier command wrote")
     elif name == "make":
         targets = [a for a in args if "=" not in a]
         make_args = [a.split("=", 1)[1] for a in args if a.startswith("ARGS=")]
@@ -143,14 +167,23 @@ def _ids(blocks: list[Block]) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "block",
-    [b for b in BLOCKS if b.lang in SHELL],
-    ids=_ids([b for b in BLOCKS if b.lang in SHELL]),
+    ("block", "argv"),
+    SHELL_COMMANDS,
+    ids=[f"{b.where}:{program(argv)[0]}" for b, argv in SHELL_COMMANDS],
 )
-def test_shell_block_runs(block: Block, monkeypatch: pytest.MonkeyPatch):
+def test_shell_command_runs(block: Block, argv: list[str], monkeypatch: pytest.MonkeyPatch):
     monkeypatch.syspath_prepend(str(PLUGIN_SRC))
-    for argv in commands(block.text):
-        _run_command(argv, block, monkeypatch)
+    _run_command(argv, block, monkeypatch)
+
+
+NOT_RUN = [b for b in BLOCKS if b.illustrative and b.lang not in SHELL]
+
+
+@pytest.mark.parametrize("block", NOT_RUN, ids=_ids(NOT_RUN))
+def test_illustrative_block_is_not_run(block: Block):
+    # Python sketches, directory trees and measured outputs: the count of skips says how many
+    # blocks no test runs, and why (a shell block's commands are counted one by one above).
+    pytest.skip(f"{block.where}: illustrative: {block.reason}")
 
 
 def test_every_block_is_run_or_marked_illustrative():

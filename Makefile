@@ -26,7 +26,7 @@ SLURM_UP = $(shell scripts/slurm_local.sh status >/dev/null 2>&1 && echo 1)
 
 setup: $(STAMP)
 
-$(STAMP): uv.lock pyproject.toml packages/core/pyproject.toml packages/models/pyproject.toml packages/experiments/pyproject.toml
+$(STAMP): uv.lock pyproject.toml packages/core/pyproject.toml packages/models/pyproject.toml packages/experiments/pyproject.toml packages/core/src/kiln/core/__about__.py
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || \
 		$(PYTHON) -m pip install --quiet uv || $(PYTHON) -m pip install --quiet --user uv
 	$(UV) sync --frozen --all-packages --compile-bytecode

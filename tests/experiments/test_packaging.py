@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -47,6 +48,35 @@ def _run(venv: Path, args: list[str], cwd: Path, env: dict[str, str] | None = No
     return subprocess.run(
         args, cwd=cwd, env={**clean, **(env or {})}, capture_output=True, text=True, timeout=600
     )
+
+
+def test_wheels_carry_one_version_and_the_license(wheel_venv):
+    from kiln.core import __version__
+
+    wheels = sorted((wheel_venv.parent / "dist").glob("*.whl"))
+    names = [w.name.split("-")[0] for w in wheels]
+    assert names == ["kiln_core", "kiln_experiments", "kiln_models"]
+    license_text = (ROOT / "LICENSE").read_text()
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as archive:
+            (meta,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+            fields = archive.read(meta).decode().split("\n\n", 1)[0].splitlines()
+            licence = meta.replace("METADATA", "licenses/LICENSE")
+            assert archive.read(licence).decode() == license_text, wheel.name
+        assert f"Version: {__version__}" in fields, (wheel.name, fields)
+        assert "License-Expression: MIT" in fields, (wheel.name, fields)
+
+
+def test_the_workspace_version_is_the_packages_version():
+    # uv needs a version for the (unpublished) workspace project; keep it the packages' one
+    from kiln.core import __version__
+
+    root = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert root["version"] == __version__
+    for package in ("core", "models", "experiments"):
+        project = tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())
+        assert project["project"]["dynamic"] == ["version"], package
+        assert project["project"]["license"] == root["license"] == "MIT", package
 
 
 def test_installed_wheel_runs_kiln_train_with_its_packaged_configs(wheel_venv, tmp_path):

@@ -7,6 +7,7 @@ Fabric; ``from kiln.core import fit`` does.
 
 from typing import TYPE_CHECKING
 
+from kiln.core.__about__ import __version__ as __version__  # the packages' one version
 from kiln.core.lazy import lazy_package
 
 _EXPORTS = {

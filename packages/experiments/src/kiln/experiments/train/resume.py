@@ -2,7 +2,7 @@
 config may change, whether it is already done, and the record of its attempts.
 
 Every job checkpoints into ``<job dir>/checkpoints`` with ``trainer.resume=auto`` (see
-README "Checkpoints"). Before ``fit``, :func:`check_resume` reads the stored config of the
+docs/checkpoints.md). Before ``fit``, :func:`check_resume` reads the stored config of the
 checkpoint the job resumes from (the newest, or the one ``trainer.resume=<path>`` names) and
 refuses a change to what the run computes (:data:`FROZEN_KEYS`); ``max_steps``,
 ``max_epochs``, logging, validation cadence and the logger may change.

@@ -108,7 +108,7 @@ def train(resolved: dict[str, Any], loggers: list[Any], module: Any = None) -> d
     if trainer["num_nodes"] > 1:
         raise ValueError(
             f"trainer.num_nodes={trainer['num_nodes']} needs processes on every node: start the "
-            "job with torchrun or launcher=slurm (see packages/experiments/README.md)"
+            "job with torchrun or launcher=slurm (see docs/sweeps-and-slurm.md)"
         )
     return _launch(resolved, loggers)
 

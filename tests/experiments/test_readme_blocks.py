@@ -138,10 +138,6 @@ def _run_command(argv: list[str], block: Block, monkeypatch: pytest.MonkeyPatch)
         _parse_only(ARGPARSE_COMMANDS[name], args, monkeypatch)
     elif name.startswith("scripts/") and name.endswith(".py"):
         _parse_script(name, args, monkeypatch)
-    elif block.illustrative:
-        pytest.skip(f"{block.where}: illustrative: {block.reason}")
-    elif name in READ_ONLY:
-        pytest.skip(f"{block.where}: `{name}` only reads what an earlier command wrote")
     elif name == "make":
         targets = [a for a in args if "=" not in a]
         make_args = [a.split("=", 1)[1] for a in args if a.startswith("ARGS=")]
@@ -152,6 +148,10 @@ def _run_command(argv: list[str], block: Block, monkeypatch: pytest.MonkeyPatch)
     elif name == "pytest":
         paths = [a for a in args if not a.startswith("-") and "/" in a]
         assert paths and all((ROOT / p).exists() for p in paths), argv
+    elif block.illustrative:
+        pytest.skip(f"{block.where}: illustrative: {block.reason}")
+    elif name in READ_ONLY:
+        pytest.skip(f"{block.where}: `{name}` only reads what an earlier command wrote")
     else:
         raise AssertionError(
             f"{block.where}: `{' '.join(argv)}` cannot run in the tests; give the block "

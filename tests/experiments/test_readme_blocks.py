@@ -306,3 +306,22 @@ def test_named_paths_and_links_exist(doc):
         if not target.exists() and str(target.relative_to(ROOT)) not in PAGES_IN_PROGRESS:
             missing.append(link)
     assert not missing, f"{doc.relative_to(ROOT)} names what the tree does not hold: {missing}"
+
+
+CONFIG_KEY = re.compile(r"`(trainer|compile)\.(\w+)(?![\w.])")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(ROOT)) for d in DOCS])
+def test_named_trainer_and_compile_keys_exist(doc):
+    # `trainer.<key>` and `compile.<key>` in the prose name fields of kiln.core's configs
+    import dataclasses
+
+    from kiln.core import CompileConfig, TrainerConfig
+
+    fields = {
+        group: {f.name for f in dataclasses.fields(config)}
+        for group, config in (("trainer", TrainerConfig), ("compile", CompileConfig))
+    }
+    named = [(g, k) for g, k in CONFIG_KEY.findall(doc.read_text()) if k != "py"]  # compile.py
+    unknown = [f"{g}.{k}" for g, k in named if k not in fields[g]]
+    assert not unknown, f"{doc.relative_to(ROOT)} names config keys kiln.core lacks: {unknown}"

@@ -6,6 +6,7 @@ last window, unequal token counts per rank, and with clipping of the global norm
 from __future__ import annotations
 
 import logging
+import math
 
 import pytest
 import torch
@@ -97,6 +98,38 @@ def exact_runs(cases: list[tuple[int, float | None]]) -> dict:
             "history": result.history,
             "shards": probe.shards(),
         }
+    out["options"] = option_runs()  # in the same launch: each launch costs seconds
+    return out
+
+
+class DtypeProbe(ToyBlocksModule):
+    """Records the dtype a block computes with (FSDP2's gathered parameter) and the
+    sharded master weight's and gradient's dtypes at the optimizer step."""
+
+    def forward(self, input_ids):
+        self.seen = {"compute": self.blocks[0].linear.weight.dtype}
+        return super().forward(input_ids)
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        weight = self.blocks[0].linear.weight
+        self.seen.update(master=weight.dtype, grad=weight.grad.dtype, kind=type(weight).__name__)
+
+
+def option_runs() -> dict:
+    """Precision and trainer.fsdp options, two steps each."""
+    out = {}
+    options = {
+        "bf16-mixed": dict(precision="bf16-mixed"),
+        "bf16-true": dict(precision="bf16-true"),
+        "32-true": dict(precision="32-true"),
+        "no-reshard": dict(precision="32-true", fsdp={"reshard_after_forward": False}),
+        "cpu-offload": dict(precision="32-true", fsdp={"cpu_offload": True}),
+    }
+    for name, kw in options.items():
+        module = DtypeProbe(**MODULE_KW)
+        result = fit(module, fsdp_trainer(max_steps=2, gradient_clip_norm=1.0, **kw))
+        finite = all(math.isfinite(row["train/loss"]) for row in result.history)
+        out[name] = {**module.seen, "step": result.global_step, "finite": finite}
     return out
 
 
@@ -214,3 +247,22 @@ def test_bad_fsdp_settings_fail_before_training_saying_what_is_valid(kw, match) 
     kw = {"strategy": "fsdp", "accelerator": "cpu", **kw}
     with pytest.raises(ValueError, match=match):
         TrainerConfig(**kw)
+
+
+@pytest.mark.parametrize(
+    ("name", "compute", "master"),
+    [
+        # bf16 compute and gather, fp32 master weights, gradients and optimizer state
+        ("bf16-mixed", torch.bfloat16, torch.float32),
+        ("bf16-true", torch.bfloat16, torch.bfloat16),
+        ("32-true", torch.float32, torch.float32),
+        ("no-reshard", torch.float32, torch.float32),
+        ("cpu-offload", torch.float32, torch.float32),
+    ],
+)
+def test_precision_and_fsdp_options_train(ranks, name, compute, master) -> None:
+    for rank in ranks:
+        seen = rank["options"][name]
+        assert seen["step"] == 2 and seen["finite"]
+        assert seen["kind"] == "DTensor"
+        assert (seen["compute"], seen["master"], seen["grad"]) == (compute, master, master)

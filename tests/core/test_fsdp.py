@@ -13,6 +13,7 @@ import torch
 from toy import ToyBlocksModule, ToyTokenModule, full_weights, reference_run
 
 from kiln.core import CompileConfig, TrainerConfig, fit, launch
+from kiln.core.callbacks import EMA
 
 EXACT = dict(rtol=0.0, atol=1e-12)
 MODULE_KW = dict(n=40, batch_size=2, lr=0.01, optimizer="adamw")
@@ -101,6 +102,11 @@ def exact_runs(cases: list[tuple[int, float | None]]) -> dict:
     # in the same launch: each launch costs seconds of start-up
     out["options"] = option_runs()
     out["no_blocks"] = no_blocks_run()
+    try:
+        fit(ToyBlocksModule(**MODULE_KW), fsdp_trainer(max_steps=1), callbacks=[EMA()])
+        out["ema"] = "no error"
+    except ValueError as error:
+        out["ema"] = str(error)
     return out
 
 
@@ -312,3 +318,9 @@ def test_blocks_wrapped_for_activation_checkpointing_are_still_the_blocks_to_sha
     module = ToyBlocksModule(blocks=3, **MODULE_KW)
     module.blocks = torch.nn.ModuleList(checkpoint_wrapper(b) for b in module.blocks)
     assert repeated_blocks(module) == list(module.blocks)
+
+
+def test_the_ema_callback_refuses_sharded_parameters_before_training(ranks) -> None:
+    for rank in ranks:
+        assert "EMA callback averages whole parameters" in rank["ema"]
+        assert "trainer.strategy=fsdp shards them" in rank["ema"]

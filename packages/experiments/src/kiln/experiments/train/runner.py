@@ -13,6 +13,7 @@ from kiln.experiments.tracking.summary import wandb_summary
 from kiln.experiments.tracking.tags import run_tags
 from kiln.experiments.train import preflight
 from kiln.experiments.train import resume as job_resume
+from kiln.experiments.train.record import TrainRecord
 from kiln.experiments.train.worker import global_rank, in_process, train
 
 SUMMARY_FILE = TRAIN.file
@@ -30,44 +31,32 @@ def _select(cfg: Any, key: str) -> Any:
 
 
 def fit_progress(exc: BaseException) -> dict[str, Any]:
-    """What a failed ``fit`` had completed (``global_step``, ``history``, ``train_loss``):
-    ``kiln.core.fit`` attaches it to the exception it raises as ``kiln_result``."""
+    """What a failed ``fit`` had completed (:attr:`TrainRecord.PROGRESS`): ``kiln.core.fit``
+    attaches it to the exception it raises as ``kiln_result``."""
     result = getattr(exc, "kiln_result", None)
-    if result is None:
-        return {}
-    found = {k: getattr(result, k, None) for k in ("global_step", "history", "train_loss")}
-    return {k: v for k, v in found.items() if v is not None}
+    return {} if result is None else TrainRecord.progress(result)
 
 
 def _wandb_summary(record: dict[str, Any]) -> dict[str, Any]:
     """The W&B run's summary: final metrics, every block of the record (telemetry, machine),
-    step, why it stopped, loss, seed, initial weights."""
-    scalars = ("global_step", "stop_reason", "stop_signal", "train_loss", "seed")
-    return wandb_summary(record, (*scalars, "init_weights_sha256"))
+    and :attr:`TrainRecord.SUMMARY_SCALARS` (step, why it stopped, loss, seed, weights)."""
+    return wandb_summary(record, TrainRecord.SUMMARY_SCALARS)
 
 
-def _fields(cfg: Any) -> dict[str, Any]:
-    """The train record's own fields, read from the (maybe unresolvable) config."""
-    return {
-        "model": _select(cfg, "model.name"),
-        "model_tiny": bool(_select(cfg, "model.tiny")),
-        "precision": _select(cfg, "trainer.precision"),
-        "compile_mode": _select(cfg, "compile.mode"),
-        "devices": (_select(cfg, "trainer.devices") or 1)
-        * (_select(cfg, "trainer.num_nodes") or 1),
-        "accumulate_grad_batches": _select(cfg, "trainer.accumulate_grad_batches"),
-        "seed": _select(cfg, "trainer.seed"),
-        "init_weights_sha256": None,
-        "metrics": {},
-        "train_loss": None,
-        "global_step": 0,
-        # why training stopped (FitResult.stop_reason; with "signal", the signal's name)
-        "stop_reason": None,
-        "stop_signal": None,
-        "telemetry": {},
-        "history": [],
-        "checkpoint": None,
-    }
+def _record(cfg: Any, job: JobInfo) -> dict[str, Any]:
+    """The job's record before any work: its identity and the fields read from the (maybe
+    unresolvable) config."""
+    record = TrainRecord(
+        **job.record(TRAIN),
+        model=_select(cfg, "model.name"),
+        model_tiny=bool(_select(cfg, "model.tiny")),
+        precision=_select(cfg, "trainer.precision"),
+        compile_mode=_select(cfg, "compile.mode"),
+        devices=(_select(cfg, "trainer.devices") or 1) * (_select(cfg, "trainer.num_nodes") or 1),
+        accumulate_grad_batches=_select(cfg, "trainer.accumulate_grad_batches"),
+        seed=_select(cfg, "trainer.seed"),
+    )
+    return record.to_json()
 
 
 def _attempt_end(exc: BaseException | None, record: dict[str, Any]) -> str:
@@ -154,7 +143,7 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             except Requeued as requeued:
                 return _requeue(job, requeued)
     except JobDirBusyError as busy:  # the directory is another process's: write nothing there
-        return {**job.record(TRAIN), **_fields(cfg), "error": str(busy), "error_stage": "config"}
+        return {**_record(cfg, job), "error": str(busy), "error_stage": "config"}
 
 
 def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
@@ -178,14 +167,14 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             if end == "failed" and life.refused:  # nothing trained: the record stays
                 end = "refused"
                 details = {k: life.record[k] for k in ("error", "error_stage")}
-            step = life.record["global_step"]
+            step = TrainRecord.from_json(life.record).global_step
             job_resume.end_attempt(job.output_dir, attempts, end, step, **details)
             life.record["attempts"] = attempts
 
     with Lifecycle(
         job,
         TRAIN,
-        _fields(cfg),
+        _record(cfg, job),
         writer=global_rank() == 0,
         summarize=_wandb_summary,
         progress=fit_progress,
@@ -238,22 +227,7 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
                 job_resume.backfill(life.loggers, checkpoint, life.tracker.logged_through)
             with life.measured(trainer["accelerator"], trainer["precision"]):
                 result = train(resolved, life.loggers, module)
-            life.record.update(
-                **{
-                    k: result[k]
-                    for k in (
-                        "metrics",
-                        "train_loss",
-                        "global_step",
-                        "telemetry",
-                        "history",
-                        "checkpoint",
-                        "init_weights_sha256",
-                        "stop_reason",
-                        "stop_signal",
-                    )
-                },
-            )
+            life.record.update(TrainRecord.fit_values(result))
             if result.get("stop_reason") == "signal":
                 end_after_signal(result["stop_signal"], life.record)
             else:

@@ -10,11 +10,30 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from kiln.experiments.train.schema import TrainConfig
 
 FROM_FIT = {"from_fit": True}
 """The metadata of a field ``fit`` fills: copied from its result (``kiln.core.FitResult`` plus
 the weights hash) into the record when training ends."""
+
+
+def _lookup(cfg: Any, key: str) -> Any:
+    """``cfg``'s value at dotted ``key`` (``None`` where it is missing or does not resolve)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(cfg, DictConfig):
+        try:
+            value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+        except Exception:  # an interpolation that fails in a way select does not catch
+            return None
+        return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    value = cfg
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
+    return value
 
 
 @dataclass
@@ -66,6 +85,15 @@ class TrainRecord:
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys of the file this kiln does not know (a report adds ``job_dir``)."""
 
+    CONFIG_KEYS: ClassVar[dict[str, str]] = {
+        "model": "model.name",
+        "model_tiny": "model.tiny",
+        "precision": "trainer.precision",
+        "compile_mode": "compile.mode",
+        "accumulate_grad_batches": "trainer.accumulate_grad_batches",
+        "seed": "trainer.seed",
+    }
+    """The fields read from the job's config, by config key."""
     PROGRESS: ClassVar[tuple[str, ...]] = ("global_step", "history", "train_loss")
     """What a failed ``fit`` had completed (read from its exception)."""
     SUMMARY_SCALARS: ClassVar[tuple[str, ...]] = (
@@ -77,6 +105,23 @@ class TrainRecord:
         "init_weights_sha256",
     )
     """The plain entries of the record the W&B run's summary holds."""
+
+    @classmethod
+    def config_fields(cls, cfg: TrainConfig | Any) -> dict[str, Any]:
+        """The record's entries the job's config decides (:attr:`CONFIG_KEYS`, and
+        ``devices`` over all nodes).
+
+        Args:
+            cfg: The validated ``TrainConfig``, or the raw ``DictConfig`` of a job whose
+                config does not validate: what does resolve is recorded, the rest is ``None``.
+        """
+        found = {name: _lookup(cfg, key) for name, key in cls.CONFIG_KEYS.items()}
+        nodes = _lookup(cfg, "trainer.num_nodes") or 1
+        return {
+            **found,
+            "model_tiny": bool(found["model_tiny"]),
+            "devices": (_lookup(cfg, "trainer.devices") or 1) * nodes,
+        }
 
     @classmethod
     def fit_fields(cls) -> tuple[str, ...]:

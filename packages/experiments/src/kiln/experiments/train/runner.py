@@ -7,7 +7,6 @@ from typing import Any
 
 from kiln.experiments.job import TRAIN, JobInfo
 from kiln.experiments.lifecycle import Lifecycle, Requeued, Terminated
-from kiln.experiments.schema import LoggerConfig
 from kiln.experiments.stages import stage
 from kiln.experiments.tracking.summary import wandb_summary
 from kiln.experiments.tracking.tags import run_tags
@@ -17,17 +16,6 @@ from kiln.experiments.train.record import TrainRecord
 from kiln.experiments.train.worker import global_rank, in_process, train
 
 SUMMARY_FILE = TRAIN.file
-
-
-def _select(cfg: Any, key: str) -> Any:
-    """``cfg.<key>`` resolved, or ``None`` when it is missing or does not resolve."""
-    from omegaconf import OmegaConf
-
-    try:
-        value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
-    except Exception:
-        return None
-    return OmegaConf.to_container(value, resolve=False) if OmegaConf.is_config(value) else value
 
 
 def fit_progress(exc: BaseException) -> dict[str, Any]:
@@ -44,19 +32,9 @@ def _wandb_summary(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _record(cfg: Any, job: JobInfo) -> dict[str, Any]:
-    """The job's record before any work: its identity and the fields read from the (maybe
-    unresolvable) config."""
-    record = TrainRecord(
-        **job.record(TRAIN),
-        model=_select(cfg, "model.name"),
-        model_tiny=bool(_select(cfg, "model.tiny")),
-        precision=_select(cfg, "trainer.precision"),
-        compile_mode=_select(cfg, "compile.mode"),
-        devices=(_select(cfg, "trainer.devices") or 1) * (_select(cfg, "trainer.num_nodes") or 1),
-        accumulate_grad_batches=_select(cfg, "trainer.accumulate_grad_batches"),
-        seed=_select(cfg, "trainer.seed"),
-    )
-    return record.to_json()
+    """The job's record before any work: who it is, and what its (maybe unresolvable)
+    config says it trains."""
+    return TrainRecord(**job.record(TRAIN), **TrainRecord.config_fields(cfg)).to_json()
 
 
 def _attempt_end(exc: BaseException | None, record: dict[str, Any]) -> str:
@@ -190,43 +168,44 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
                 cfg.trainer.resume = None  # checkpoint_dir=null turns checkpoints off
             resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
             life.record["config"] = resolved
-            validate(cfg)  # every __post_init__ range check, before any work
+            settings = validate(cfg)  # every __post_init__ range check, before any work
+            life.record.update(TrainRecord.config_fields(settings))
             from kiln.models.plugins import load_plugins
 
-            load_plugins(resolved.get("plugins") or [])
-            trainer = resolved["trainer"]
-            if trainer["checkpoint_dir"] is not None:
-                check_writable(trainer["checkpoint_dir"])
+            load_plugins(settings.plugins)
+            trainer = settings.trainer
+            if trainer.checkpoint_dir is not None:
+                check_writable(trainer.checkpoint_dir)
             from_step, checkpoint = job_resume.check_resume(resolved)
             if attempts:  # written now: a SIGKILLed attempt leaves no end to say it
                 job_resume.set_from_step(job.output_dir, attempts, from_step)
             job_resume.check_claim(resolved, checkpoint)
-            preflight.check_accelerator(trainer["accelerator"])
-            if resolved.get("model"):
+            preflight.check_accelerator(trainer.accelerator)
+            if settings.model:
                 from kiln.models import get_model_entry
 
-                get_model_entry(resolved["model"]["name"])
+                get_model_entry(settings.model["name"])
         with stage("setup"):
             # the data and model the config describes (a CSV without its label column, labels
             # the model has no class for, too few rows for a batch): before W&B, too
-            module = preflight.build_checked(resolved)
+            module = preflight.build_checked(settings)
             if not in_process(trainer):
                 module = None  # the workers build their own
         with stage("train"):
-            model = resolved.get("model") or {}
+            record = TrainRecord.from_json(life.record)
             tags = run_tags(
-                model.get("name", "?"),
-                trainer["precision"],
-                resolved["compile"]["mode"],
-                tiny=bool(model.get("tiny")),
-                devices=trainer["devices"] * trainer["num_nodes"],
-                extra=resolved.get("tags", []),
+                record.model or "?",
+                trainer.precision,
+                settings.compile.mode,
+                tiny=record.model_tiny,
+                devices=record.devices,
+                extra=settings.tags,
             )
-            life.track(LoggerConfig(**resolved["logger"]), config=resolved, tags=tags, resume=True)
+            life.track(settings.logger, config=resolved, tags=tags, resume=True)
             if life.tracker is not None and checkpoint is not None:
                 job_resume.backfill(life.loggers, checkpoint, life.tracker.logged_through)
-            with life.measured(trainer["accelerator"], trainer["precision"]):
-                result = train(resolved, life.loggers, module)
+            with life.measured(trainer.accelerator, trainer.precision):
+                result = train(settings, resolved, life.loggers, module)
             life.record.update(TrainRecord.fit_values(result))
             if result.get("stop_reason") == "signal":
                 end_after_signal(result["stop_signal"], life.record)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kiln.experiments.job import TRAIN, JobInfo
 from kiln.experiments.lifecycle import Lifecycle, Requeued, Terminated
@@ -14,6 +14,9 @@ from kiln.experiments.train import preflight
 from kiln.experiments.train import resume as job_resume
 from kiln.experiments.train.record import TrainRecord
 from kiln.experiments.train.worker import global_rank, in_process, train
+
+if TYPE_CHECKING:
+    from kiln.experiments.train.schema import TrainConfig
 
 SUMMARY_FILE = TRAIN.file
 
@@ -124,13 +127,49 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
         return {**_record(cfg, job), "error": str(busy), "error_stage": "config"}
 
 
-def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
-    """``run_job`` without the requeue."""
+def _checked_config(
+    cfg: Any, job: JobInfo, life: Lifecycle, attempts: list[dict[str, Any]]
+) -> tuple[TrainConfig, dict[str, Any], Path | None]:
+    """The job's config stage: resolve and validate ``cfg`` into ``life.record`` and check
+    what it names (plugins, checkpoint dir, resume, accelerator, model). Config errors (an
+    unresolvable interpolation, an out-of-range value, an unknown model, a checkpoint or
+    directory the job cannot resume from) fail here: before a W&B run is opened and before
+    worker processes start.
+
+    Returns:
+        The validated config, the resolved one, and the checkpoint the job resumes from.
+    """
     from omegaconf import OmegaConf
 
     from kiln.core.rundir import check_writable
     from kiln.experiments.train.schema import validate
 
+    if OmegaConf.select(cfg, "trainer.checkpoint_dir") is None:
+        cfg.trainer.resume = None  # checkpoint_dir=null turns checkpoints off
+    resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    life.record["config"] = resolved
+    settings = validate(cfg)  # every __post_init__ range check, before any work
+    life.record.update(TrainRecord.config_fields(settings))
+    from kiln.models.plugins import load_plugins
+
+    load_plugins(settings.plugins)
+    trainer = settings.trainer
+    if trainer.checkpoint_dir is not None:
+        check_writable(trainer.checkpoint_dir)
+    from_step, checkpoint = job_resume.check_resume(resolved)
+    if attempts:  # written now: a SIGKILLed attempt leaves no end to say it
+        job_resume.set_from_step(job.output_dir, attempts, from_step)
+    job_resume.check_claim(resolved, checkpoint)
+    preflight.check_accelerator(trainer.accelerator)
+    if settings.model:
+        from kiln.models import get_model_entry
+
+        get_model_entry(settings.model["name"])
+    return settings, resolved, checkpoint
+
+
+def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
+    """``run_job`` without the requeue."""
     done = _already_done(cfg, job)  # every rank alike: one may not train alone
     if done is not None:
         print(f"{job.output_dir}: already ended ok with this config, skipped", flush=True)
@@ -161,30 +200,8 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
         if life.writer:  # first: a refused attempt is listed too
             attempts.extend(job_resume.begin_attempt(job.output_dir))
         with stage("config"):
-            # Config errors (unresolvable interpolation, out-of-range value, unknown model,
-            # a checkpoint or directory the job cannot resume from) fail here: before a W&B
-            # run is opened and before worker processes start.
-            if OmegaConf.select(cfg, "trainer.checkpoint_dir") is None:
-                cfg.trainer.resume = None  # checkpoint_dir=null turns checkpoints off
-            resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-            life.record["config"] = resolved
-            settings = validate(cfg)  # every __post_init__ range check, before any work
-            life.record.update(TrainRecord.config_fields(settings))
-            from kiln.models.plugins import load_plugins
-
-            load_plugins(settings.plugins)
+            settings, resolved, checkpoint = _checked_config(cfg, job, life, attempts)
             trainer = settings.trainer
-            if trainer.checkpoint_dir is not None:
-                check_writable(trainer.checkpoint_dir)
-            from_step, checkpoint = job_resume.check_resume(resolved)
-            if attempts:  # written now: a SIGKILLed attempt leaves no end to say it
-                job_resume.set_from_step(job.output_dir, attempts, from_step)
-            job_resume.check_claim(resolved, checkpoint)
-            preflight.check_accelerator(trainer.accelerator)
-            if settings.model:
-                from kiln.models import get_model_entry
-
-                get_model_entry(settings.model["name"])
         with stage("setup"):
             # the data and model the config describes (a CSV without its label column, labels
             # the model has no class for, too few rows for a batch): before W&B, too

@@ -198,10 +198,8 @@ def plan_claim(
     """What :func:`claim` would do, writing nothing: the run's id and the ``run.json`` to
     write (``None``: the directory's stays as it is). Raises as :func:`claim` does."""
     directory = Path(directory)
-    recorded = read_run_file(directory)
-    rebuilt = recorded is None and holds_checkpoints(directory)
-    if rebuilt:
-        recorded = rebuild_run_file(directory)
+    recorded = recorded_run(directory)
+    rebuilt = recorded is not None and not (directory / RUN_FILE).is_file()
     started_from = None
     if resume is None:
         run_id = new_run_id()

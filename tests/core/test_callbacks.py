@@ -8,15 +8,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from toy import ToyTokenModule, weights
+from trainers import trainer_config
 
-from kiln.core import TrainerConfig, fit
+from kiln.core import fit
 from kiln.core.callbacks import EMA, BestCheckpoint, EarlyStopping
 from kiln.core.rundir import read_run_file
 
-
-def cfg(**kw) -> TrainerConfig:
-    base = dict(accelerator="cpu", progress=False, log_every_n_steps=1, max_steps=4)
-    return TrainerConfig(**{**base, **kw})
+cfg = trainer_config
 
 
 class Snapshots:

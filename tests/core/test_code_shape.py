@@ -1,31 +1,41 @@
-"""kiln.core stays readable: no function (or method) longer than 60 lines."""
+"""Every function of every package reads in one sitting: ruff's complexity rules (C901:
+branches, PLR0915: statements) are on in the project's config and hold in every module below
+``packages/``, subpackages (``kiln/core/callbacks/``) included."""
 
-import ast
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
-import kiln.core
-
-MAX_LINES = 60
-CORE = Path(kiln.core.__file__).parent
-
-
-def function_lengths() -> dict[str, int]:
-    """``file:name`` -> lines from ``def`` to the last line, docstring included."""
-    lengths = {}
-    for path in sorted(CORE.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                lengths[f"{path.name}:{node.name}"] = node.end_lineno - node.lineno + 1
-    return lengths
+ROOT = Path(__file__).resolve().parents[2]
+RUFF = [sys.executable, "-m", "ruff"]
+RULES = ("C901", "PLR0915")
 
 
-def test_no_function_in_kiln_core_is_longer_than_60_lines():
-    lengths = function_lengths()
-    assert "loop.py:fit" in lengths  # the walk found the package
-    too_long = {name: n for name, n in lengths.items() if n > MAX_LINES}
-    assert not too_long, f"split these into named stages: {too_long}"
+def ruff(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*RUFF, "check", "--config", str(ROOT / "pyproject.toml"), "--select", ",".join(RULES),
+         "--output-format", "concise", "--no-cache", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )  # fmt: skip
 
 
-if __name__ == "__main__":  # print the longest ones
-    for name, n in sorted(function_lengths().items(), key=lambda kv: -kv[1])[:8]:
-        print(f"{n:4d}  {name}")
+def test_the_complexity_rules_are_on_in_the_project_config():
+    lint = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]["lint"]
+    assert set(RULES) <= set(lint["select"])
+
+
+def test_every_module_below_packages_passes_them():
+    proc = ruff("packages")
+    assert proc.returncode == 0, f"split these into named stages:\n{proc.stdout}"
+
+
+def test_they_reach_a_module_in_a_nested_package(tmp_path):
+    nested = tmp_path / "kiln" / "core" / "callbacks" / "deep"
+    nested.mkdir(parents=True)
+    branches = "\n".join(f"    if x == {i}:\n        return {i}" for i in range(12))
+    (nested / "tangle.py").write_text(f"def tangle(x):\n{branches}\n    return -1\n")
+    proc = ruff(str(tmp_path))
+    assert proc.returncode == 1 and "C901 `tangle` is too complex" in proc.stdout, proc.stdout

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 from toy import ToyTokenModule
+from trainers import trainer_config
 
-from kiln.core import TrainerConfig, fit
+from kiln.core import fit
 from kiln.core.callbacks.base import StepHooks
 
-
-def cfg(**kw) -> TrainerConfig:
-    base = dict(accelerator="cpu", progress=False, log_every_n_steps=1, max_steps=2)
-    return TrainerConfig(**{**base, **kw})
+cfg = partial(trainer_config, max_steps=2)
 
 
 class Recorder:

@@ -10,6 +10,7 @@ import torch
 from lightning.fabric.plugins.precision.amp import MixedPrecision
 from torch.utils.data import DataLoader, TensorDataset
 from toy import ToyTokenModule, weights
+from trainers import trainer_config
 
 from kiln.core import (
     CompileConfig,
@@ -20,10 +21,7 @@ from kiln.core import (
     fit,
 )
 
-
-def cfg(**kw) -> TrainerConfig:
-    base = dict(accelerator="cpu", progress=False, log_every_n_steps=1, max_steps=4)
-    return TrainerConfig(**{**base, **kw})
+cfg = trainer_config
 
 
 def test_inductor_compiled_run_matches_eager_and_reports_telemetry() -> None:

@@ -15,10 +15,13 @@ import pytest
 import torch
 from lightning.fabric.loggers import Logger
 from toy import CountedDataset, ToyTokenModule, weights
+from trainers import trainer_config
 
 from kiln.core import TrainerConfig, fit, launch
 
 HERE = Path(__file__).parent
+# a worker script imports the toy and this module (here) and the tests' trainers (tests/)
+WORKER_PATH = os.pathsep.join([str(HERE), str(HERE.parent)])
 # Shuffled data, dropout, momentum and a step schedule: every piece of state must come back.
 MODULE_KW = dict(n=24, batch_size=2, shuffle=True, dropout=0.2, scheduler=True, momentum=0.9)
 
@@ -30,12 +33,9 @@ def trainer(tmp: Path, max_steps: int, **kw) -> TrainerConfig:
         "checkpoint_every_n_steps": 2,
         **kw,
     }
-    return TrainerConfig(
-        accelerator="cpu",
+    return trainer_config(
         precision="32-true",
         deterministic=True,
-        progress=False,
-        log_every_n_steps=1,
         max_steps=max_steps,
         accumulate_grad_batches=2,
         seed=7,
@@ -75,7 +75,7 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path: Path) -> None:
     full = fit(full_module, trainer(tmp_path / "full", steps))
 
     ckpt_dir = tmp_path / "killed" / "ckpt"
-    env = {**os.environ, "KILN_TEST_STEP_SLEEP": "0.15", "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "KILN_TEST_STEP_SLEEP": "0.15", "PYTHONPATH": WORKER_PATH}
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "resume_worker.py"), str(tmp_path / "killed"), str(steps)],
         env=env,
@@ -120,13 +120,10 @@ EPOCHS_STEPS = 20
 
 
 def epochs_trainer(root: Path, resume: str | None, devices: int = 1) -> TrainerConfig:
-    return TrainerConfig(
-        accelerator="cpu",
+    return trainer_config(
         devices=devices,
         precision="32-true",
         deterministic=True,
-        progress=False,
-        log_every_n_steps=1,
         max_steps=EPOCHS_STEPS,
         accumulate_grad_batches=3,
         checkpoint_dir=str(root / "ckpt"),
@@ -217,7 +214,7 @@ def uninterrupted(tmp_path_factory) -> dict:
 
 
 def _kill_worker(root: Path, kill: str, devices: int = 1) -> None:
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": WORKER_PATH}
     args = [sys.executable, str(HERE / "resume_worker.py"), str(root), kill, str(devices)]
     proc = subprocess.run(args, env=env, timeout=600, capture_output=True, text=True)
     if devices == 1:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from toy import ToyTokenModule, weights
+from trainers import trainer_config
 
 from kiln.core import TrainerConfig, fit, launch, rank_seed, weights_hash
 
@@ -26,12 +27,9 @@ class MaskToy(ToyTokenModule):
 
 
 def trainer(tmp: str, max_steps: int, **kw) -> TrainerConfig:
-    return TrainerConfig(
-        accelerator="cpu",
+    return trainer_config(
         devices=2,
         deterministic=True,
-        progress=False,
-        log_every_n_steps=1,
         max_steps=max_steps,
         checkpoint_dir=tmp,
         checkpoint_every_n_steps=2,

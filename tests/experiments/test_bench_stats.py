@@ -78,3 +78,42 @@ def test_median_interval_holds_the_median_and_narrows_with_more_rounds():
     low7, high7 = bootstrap_median_interval(ratios[:7])
     assert high7 - low7 > high41 - low41
     assert bootstrap_median_interval([1.03] * 5) == (pytest.approx(1.03), pytest.approx(1.03))
+
+
+def _hand_written(samples, statistic, paired, seed=0, resamples=2000):
+    """The percentile bootstrap kiln drew itself before it used scipy's: ``resamples`` rows
+    of indices per sample (one row set for paired samples), the 2.5th and 97.5th percentile."""
+    rng = np.random.default_rng(seed)
+    data = [np.asarray(s, dtype=float) for s in samples]
+    picks = [rng.integers(0, len(data[0]), (resamples, len(data[0])))] * len(data)
+    if not paired:
+        picks = [picks[0], *(rng.integers(0, len(d), (resamples, len(d))) for d in data[1:])]
+    estimates = statistic(*(d[p] for d, p in zip(data, picks, strict=True)))
+    low, high = np.percentile(estimates, [2.5, 97.5])
+    return float(low), float(high)
+
+
+@pytest.mark.parametrize("n", [3, 20, 150])
+def test_scipy_bootstrap_gives_the_hand_written_intervals(n):
+    from kiln.experiments.bench.stats import bootstrap_ratio_interval
+
+    rng = np.random.default_rng(n)
+    eager = 0.010 + 0.002 * rng.random(n)
+    compiled = eager / 1.3 + 0.001 * rng.random(n)
+    ratio = lambda a, b: np.median(a, axis=1) / np.median(b, axis=1)  # noqa: E731
+    median = lambda a: np.median(a, axis=1)  # noqa: E731
+    for seed in (0, 7):
+        assert bootstrap_speedup_interval(eager, compiled, seed) == pytest.approx(
+            _hand_written((eager, compiled), ratio, paired=True, seed=seed), rel=1e-12
+        )
+        assert bootstrap_ratio_interval(eager, compiled[: n // 2 + 1], seed) == pytest.approx(
+            _hand_written((eager, compiled[: n // 2 + 1]), ratio, paired=False, seed=seed),
+            rel=1e-12,
+        )
+        assert bootstrap_median_interval(eager, seed) == pytest.approx(
+            _hand_written((eager,), median, paired=False, seed=seed), rel=1e-12
+        )
+
+
+def test_one_pair_has_no_spread():
+    assert bootstrap_speedup_interval([2.0], [1.0]) == (2.0, 2.0)

@@ -21,15 +21,19 @@ def test_launcher_requests_the_gpus_trainer_asks_for(launcher, accelerator, devi
     assert cfg.hydra.launcher.gpus_per_node == gpus
 
 
-def test_auto_accelerator_requests_gpus_only_when_this_machine_has_cuda():
+@pytest.mark.parametrize(("gpus_here", "requested"), [(0, 0), (1, 2), (8, 2)])
+def test_auto_accelerator_requests_gpus_only_when_this_machine_has_cuda(
+    monkeypatch, gpus_here, requested
+):
     import torch
 
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus_here)  # the machine composing
     cfg = compose_train(
         ["launcher=local_submitit", "trainer.accelerator=auto", "trainer.devices=2"],
         hydra_config=True,
     )
-    assert cfg.hydra.launcher.gpus_per_node == (2 if torch.cuda.is_available() else 0)
-    assert uses_cuda("auto") == torch.cuda.is_available()
+    assert cfg.hydra.launcher.gpus_per_node == requested
+    assert uses_cuda("auto") is (gpus_here > 0)
 
 
 def test_slurm_cores_per_task_follow_the_accelerator_and_can_be_overridden():

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
-from omegaconf import OmegaConf
 from train_helpers import compose_train, explain, run_train
 
 from kiln.experiments.build import build_module
@@ -50,8 +49,9 @@ def options(group: str) -> list[str]:
     )
 
 
-def resolved(overrides: list[str]) -> dict:
-    return OmegaConf.to_container(_without_hydra(compose_train(overrides)), resolve=True)
+def validated(overrides: list[str]) -> TrainConfig:
+    """The job's config as kiln-train builds its model from it: composed and validated."""
+    return validate(_without_hydra(compose_train(overrides)))
 
 
 @pytest.mark.parametrize("group", GROUPS)
@@ -85,13 +85,13 @@ def test_every_model_config_instantiates_with_its_data(model):
     data = DATA_FOR_TASK[get_model_entry(name).task]
     if model == "bert-cls":
         pytest.skip("BERT-base from its config: covered by kiln.models' registry tests")
-    cfg = resolved([f"model={model}", f"data={data}", "data.batch_size=4"])
+    cfg = validated([f"model={model}", f"data={data}", "data.batch_size=4"])
     module = build_module(cfg)
     assert sum(p.numel() for p in module.parameters()) > 0
     # the data feeds the model what it takes: every input it expects, at its shape and
     # dtype, in batches of data.batch_size
     batch = next(iter(module.train_dataloader()))
-    expected = module.example_batch(cfg["data"]["batch_size"])
+    expected = module.example_batch(cfg.data["batch_size"])
     assert set(expected) <= set(batch), (sorted(expected), sorted(batch))
     for key, value in expected.items():
         assert (batch[key].shape, batch[key].dtype) == (value.shape, value.dtype), key
@@ -101,8 +101,8 @@ def test_every_model_config_instantiates_with_its_data(model):
 def test_every_experiment_instantiates_its_tiny_debug_variant(experiment):
     full = compose_train([f"experiment={experiment}"])
     assert full.name == experiment
-    cfg = resolved([f"experiment={experiment}", "debug=fast"])
-    assert cfg["model"]["name"] == full.model.name and cfg["model"]["tiny"] is True
+    cfg = validated([f"experiment={experiment}", "debug=fast"])
+    assert cfg.model["name"] == full.model.name and cfg.model["tiny"] is True
     module = build_module(cfg)
     batch = next(iter(module.train_dataloader()))
     out = module.training_step(batch, 0)
@@ -113,8 +113,8 @@ def test_every_experiment_instantiates_its_tiny_debug_variant(experiment):
 def test_debug_fast_shrinks_the_chosen_model_not_another_one(model):
     name = compose_train([f"model={model}"]).model.name
     data = DATA_FOR_TASK[get_model_entry(name).task]
-    cfg = resolved([f"model={model}", f"data={data}", "debug=fast"])
-    assert cfg["model"]["name"] == name  # the model asked for, not a stand-in
+    cfg = validated([f"model={model}", f"data={data}", "debug=fast"])
+    assert cfg.model["name"] == name  # the model asked for, not a stand-in
     module = build_module(cfg)
     assert sum(p.numel() for p in module.parameters()) < 2_000_000  # test-sized
     out = module.training_step(next(iter(module.train_dataloader())), 0)

@@ -8,6 +8,7 @@ machine by ``scripts/gpu_check.sh``.
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -15,14 +16,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
 from toy import ToyTokenModule, weights
+from trainers import trainer_config
 
-from kiln.core import CompileConfig, TrainerConfig, fit
+from kiln.core import CompileConfig, fit
 
 pytestmark = pytest.mark.gpu
 
 
-def _trainer(**kw) -> TrainerConfig:
-    return TrainerConfig(accelerator="cuda", progress=False, log_every_n_steps=1, **kw)
+_trainer = partial(trainer_config, accelerator="cuda")
 
 
 def _eager_reference(steps: int) -> dict[str, torch.Tensor]:

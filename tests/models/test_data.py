@@ -182,3 +182,23 @@ def test_digits_are_upscaled_and_replicated_to_the_model_input():
 def test_image_data_must_be_attached_before_loading():
     with pytest.raises(RuntimeError, match="attach"):
         ImageClassificationData().train_dataloader()
+
+
+def test_a_kiln_data_module_is_one_the_lightning_trainer_takes(tmp_path):
+    import lightning as L
+
+    module = tiny_model("bert-tiny-cls", data=True)
+    data = module.data_module
+    assert isinstance(data, L.LightningDataModule)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=2,
+        default_root_dir=tmp_path,
+    )
+    module.data_module = None  # the Trainer, not the module, hands out the batches
+    trainer.validate(module, datamodule=data, verbose=False)
+    assert data.trainer is trainer and trainer.num_val_batches == [2]

@@ -1,16 +1,16 @@
 """Through kiln.core's loop: one optimizer step, and static shapes under compile."""
 
+from functools import partial
+
 import pytest
 import torch
 from conftest import tiny_model
+from trainers import trainer_config
 
 import kiln.models as km
-from kiln.core import CompileConfig, TrainerConfig, fit
+from kiln.core import CompileConfig, fit
 
-
-def _trainer(**kwargs) -> TrainerConfig:
-    base = dict(max_steps=1, accelerator="cpu", limit_val_batches=1, progress=False)
-    return TrainerConfig(**{**base, **kwargs})
+_trainer = partial(trainer_config, max_steps=1, limit_val_batches=1)
 
 
 @pytest.mark.parametrize("name", km.list_models())

@@ -36,6 +36,7 @@ from lightning.fabric.wrappers import _unwrap_objects
 from torch._dynamo.eval_frame import OptimizedModule
 from torch.distributed.checkpoint.api import CheckpointException
 
+from kiln.core.atomic import TEMP_SUFFIX, fsync_path, replace_synced, write_synced
 from kiln.core.checkpoint_paths import check_not_a_plain_directory
 from kiln.core.checkpoint_sharded import (
     checksum_damage,
@@ -55,7 +56,6 @@ from kiln.core.rundir import (
     write_run_file,
 )
 
-_TEMP_SUFFIX = ".tmp"
 _COMPILED_PREFIX = "_orig_mod."
 # fabric.load restores these strategies' module state from one plain state dict, which lets
 # us check keys and strip prefixes first; sharded strategies (FSDP, ...) go through fabric.load.
@@ -250,26 +250,6 @@ def _without_compiled_prefixes(state: dict) -> Iterator[None]:
             handle.remove()
 
 
-def _fsync(path: Path) -> None:
-    """Flush ``path`` (a file, or every file in a sharded checkpoint directory) to disk."""
-    files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
-    for file in files:
-        with open(file, "rb") as handle:
-            os.fsync(handle.fileno())
-
-
-def _fsync_directory(directory: Path) -> None:
-    # makes the rename itself durable; not every platform can open a directory
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _remove(path: Path) -> None:
     if path.is_dir():
         shutil.rmtree(path)
@@ -301,7 +281,7 @@ def _record_and_prune(
         _remove(directory / name)
     # save_checkpoint is collective and has just renamed its own temp file, so any temp
     # file left here belongs to an earlier, interrupted save
-    for path in directory.glob(f"step-*.ckpt{_TEMP_SUFFIX}"):
+    for path in directory.glob(f"step-*.ckpt{TEMP_SUFFIX}"):
         _remove(path)
 
 
@@ -344,7 +324,7 @@ def save_checkpoint(
         raise ValueError("state key 'rng' is reserved: it holds each rank's RNG state")
     directory = Path(directory)
     final = checkpoint_path(directory, step) if name is None else _named(directory, name)
-    temp = final.with_name(final.name + _TEMP_SUFFIX)
+    temp = final.with_name(final.name + TEMP_SUFFIX)
     if fabric.is_global_zero:
         directory.mkdir(parents=True, exist_ok=True)
         if temp.exists():
@@ -359,8 +339,7 @@ def save_checkpoint(
     if fabric.is_global_zero:
         if final.is_dir():  # os.replace cannot replace a non-empty directory
             shutil.rmtree(final)
-        os.replace(temp, final)
-        _fsync_directory(directory)
+        replace_synced(temp, final)
         _record_and_prune(directory, final, keep_last_k, run_id, named=name is not None)
     fabric.barrier()
     return final
@@ -374,7 +353,7 @@ def _write(fabric: Fabric, temp: Path, final: Path, state: dict) -> str | None:
             fabric.save(temp, state)
             if fabric.is_global_zero:  # every rank's shard is written once save returns here
                 write_checksums(temp)
-                _fsync(temp)
+                fsync_path(temp)
         except OSError as error:
             if fabric.is_global_zero:
                 _remove(temp)
@@ -391,10 +370,7 @@ def _write(fabric: Fabric, temp: Path, final: Path, state: dict) -> str | None:
     try:
         if shutil.disk_usage(temp.parent).free < size:  # fail before writing a byte
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        with open(temp, "wb") as handle:
-            handle.write(buffer.getbuffer())
-            handle.flush()
-            os.fsync(handle.fileno())
+        write_synced(temp, buffer.getbuffer())
     except OSError as error:
         _remove(temp)
         return _write_failure(final, size, error)
@@ -415,7 +391,7 @@ def _write_failure(final: Path, size: int | None, error: OSError) -> str:
 
 
 def _named(directory: Path, name: str) -> Path:
-    if Path(name).name != name or CHECKPOINT_NAME.match(name) or name.endswith(_TEMP_SUFFIX):
+    if Path(name).name != name or CHECKPOINT_NAME.match(name) or name.endswith(TEMP_SUFFIX):
         raise ValueError(
             f"name={name!r} is not valid: give a plain file name that is not named like the "
             "loop's own step-<N>.ckpt checkpoints (e.g. 'best.ckpt')"

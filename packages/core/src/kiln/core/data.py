@@ -50,7 +50,7 @@ class EpochBatches(Sampler[list[int]]):
         return len(self.batches) - self._skip
 
 
-def training_loader(loader: DataLoader, fabric: Fabric, seed: int) -> DataLoader:
+def training_loader(loader: DataLoader[Any], fabric: Fabric, seed: int) -> DataLoader[Any]:
     """Rebuild ``loader`` with a seeded sampler driven by :class:`EpochBatches`.
 
     The order of epoch ``e`` is a function of ``(seed, e)`` alone, and iterator creation

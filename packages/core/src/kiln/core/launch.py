@@ -24,6 +24,7 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+from kiln.core.atomic import atomic_write
 from kiln.core.stop import ignore_repeated_signals, requested_signal, signal_handlers_restored
 
 
@@ -173,9 +174,7 @@ def _worker(fn: Callable[..., Any], results_dir: str, parent: int, *args: Any) -
     if signum:
         if os.getppid() == parent:  # the agent is there to read it
             path = os.path.join(results_dir, f"rank-{os.environ['LOCAL_RANK']}.pkl")
-            with open(path + ".tmp", "wb") as f:
-                pickle.dump(result, f)
-            os.replace(path + ".tmp", path)
+            atomic_write(path, pickle.dumps(result))
         sys.stdout.flush()
         sys.stderr.flush()
         signal.signal(signum, signal.SIG_DFL)

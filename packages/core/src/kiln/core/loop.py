@@ -49,7 +49,7 @@ from kiln.core.step import train_step
 from kiln.core.stop import StopPoll, listening
 from kiln.core.telemetry import device_peak_memory_mb
 
-# the exceptions and the result stay importable from here, where they were first defined
+# the exceptions and the result are importable beside fit, the function that raises them
 __all__ = ["EmptyWindowError", "FitResult", "NonFiniteGradientError", "NonFiniteLossError", "fit"]
 
 

@@ -13,15 +13,15 @@ checkpoint's files: the sha256 in its ``checksums.json``).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kiln.core.atomic import atomic_write, sha256_of
 
 RUN_FILE = "run.json"
 RUN_FILE_TEMP_PREFIX = ".run.json."
@@ -79,35 +79,12 @@ def read_run_file(directory: str | Path) -> RunFile | None:
 
 
 def write_run_file(directory: str | Path, run: RunFile) -> None:
-    """Replace ``directory``'s ``run.json`` atomically (temp file, fsync, rename)."""
-    directory = Path(directory)
+    """Replace ``directory``'s ``run.json`` atomically (:func:`kiln.core.atomic.atomic_write`)."""
     data: dict[str, Any] = {"run_id": run.run_id, "checkpoints": run.checkpoints}
     data["named"] = run.named
     if run.started_from is not None:
         data["started_from"] = run.started_from
-    fd, temp = tempfile.mkstemp(prefix=RUN_FILE_TEMP_PREFIX, dir=directory)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(json.dumps(data, indent=1))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, directory / RUN_FILE)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)  # a full disk must not keep a half-written copy
-        raise
-
-
-def sha256_of(path: Path) -> str:
-    """The sha256 of a checkpoint file's bytes (of every file, by name, for a directory)."""
-    digest = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for file in files:
-        if path.is_dir():
-            digest.update(str(file.relative_to(path)).encode() + b"\0")
-        with open(file, "rb") as handle:
-            for block in iter(lambda h=handle: h.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
+    atomic_write(Path(directory) / RUN_FILE, json.dumps(data, indent=1))
 
 
 def check_writable(directory: str | Path) -> None:
@@ -231,10 +208,8 @@ def plan_claim(
     """What :func:`claim` would do, writing nothing: the run's id and the ``run.json`` to
     write (``None``: the directory's stays as it is). Raises as :func:`claim` does."""
     directory = Path(directory)
-    recorded = read_run_file(directory)
-    rebuilt = recorded is None and holds_checkpoints(directory)
-    if rebuilt:
-        recorded = rebuild_run_file(directory)
+    recorded = recorded_run(directory)
+    rebuilt = recorded is not None and not (directory / RUN_FILE).is_file()
     started_from = None
     if resume is None:
         run_id = new_run_id()

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import torch
 from lightning.fabric.plugins import Precision
 from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
+from lightning.fabric.wrappers import _FabricModule  # pyright: ignore[reportPrivateUsage]
 from lightning.pytorch.utilities.model_helpers import is_overridden
+from torch.utils.data import DataLoader
 
 from kiln.core.callbacks.base import CallbackStates, StepHooks
 from kiln.core.config import CompileConfig, TrainerConfig
@@ -39,18 +41,19 @@ class Context:
     fabric: L.Fabric
     trainer: TrainerConfig
     module: L.LightningModule  # the module as given (hooks, count_items)
-    model: Any  # the Fabric-wrapped (and maybe compiled) module that runs the steps
+    model: _FabricModule  # the Fabric-wrapped (and maybe compiled) module that runs the steps
     # model.training_step, resolved once: Fabric's wrapper looks it up through several
     # __getattr__ calls (tens of microseconds), and the callable it returns is reusable
-    training_step: Any
-    optimizer: Any
+    training_step: Callable[..., Any]
+    # Fabric's wrapper (at run time an instance of the torch optimizer's own class)
+    optimizer: torch.optim.Optimizer
     # what optimizer_step calls .step() on: the torch optimizer itself where Fabric's
     # wrapper would only pass the call through its layers (see _stepped)
-    stepped: Any
-    scheduler: Any
-    scaler: Any  # the GradScaler of 16-mixed, else None
-    train_loader: Any
-    val_loader: Any
+    stepped: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None
+    scaler: torch.amp.GradScaler | None  # the GradScaler of 16-mixed, else None
+    train_loader: DataLoader[Any]
+    val_loader: DataLoader[Any] | None
     batches_per_epoch: int
     total_steps: int
     watch: CompileWatch
@@ -65,7 +68,7 @@ class Context:
     @property
     def objects(self) -> dict[str, Any]:
         """The stateful objects a checkpoint saves and a resume restores."""
-        objects = {"model": self.model, "optimizer": self.optimizer}
+        objects: dict[str, Any] = {"model": self.model, "optimizer": self.optimizer}
         if self.scheduler is not None:
             objects["scheduler"] = self.scheduler
         if self.scaler is not None:
@@ -113,7 +116,7 @@ def setup(
         module=module,
         model=model,
         training_step=through_root(model, "training_step") if sharded else model.training_step,
-        optimizer=(optimizer := fabric.setup_optimizers(optimizer)),
+        optimizer=(optimizer := cast(torch.optim.Optimizer, fabric.setup_optimizers(optimizer))),
         stepped=_stepped(fabric, optimizer, [module, *(callbacks or [])]),
         scheduler=scheduler,
         scaler=getattr(fabric.strategy.precision, "scaler", None),  # set with 16-mixed only
@@ -174,7 +177,7 @@ def select_strategy(trainer: TrainerConfig) -> Any:
     return trainer.strategy
 
 
-def _stepped(fabric: L.Fabric, optimizer: Any, listeners: list[Any]) -> Any:
+def _stepped(fabric: L.Fabric, optimizer: Any, listeners: list[Any]) -> torch.optim.Optimizer:
     """Fabric's optimizer wrapper, or the torch optimizer in it where the wrapper would only
     pass ``step()`` through (one device or DDP, a precision plugin without optimizer logic, no
     ``on_after_optimizer_step`` listener): its layers of calls cost on every step."""
@@ -237,7 +240,7 @@ def _compiled(module: L.LightningModule, compile_config: CompileConfig) -> Any:
     return torch.compile(module, **compile_config.torch_compile_kwargs())
 
 
-def _val_loader(module: L.LightningModule, fabric: L.Fabric) -> Any:
+def _val_loader(module: L.LightningModule, fabric: L.Fabric) -> DataLoader[Any] | None:
     # Validation is optional: LightningModule's own val_dataloader raises (a
     # MisconfigurationException), so only a hook the module defines is called.
     if isinstance(module, L.LightningModule) and not is_overridden(
@@ -249,4 +252,4 @@ def _val_loader(module: L.LightningModule, fabric: L.Fabric) -> Any:
         loader = hook() if callable(hook) else None
     except NotImplementedError:
         return None
-    return fabric.setup_dataloaders(loader) if loader is not None else None
+    return cast(DataLoader[Any], fabric.setup_dataloaders(loader)) if loader is not None else None

@@ -160,7 +160,7 @@ def optimizer_step(
     ctx.stepped.step()
     # note: get_scale() is a host sync, paid only with 16-mixed's GradScaler. A lower scale
     # means it found inf/NaN gradients and skipped the update: the schedule must not advance.
-    skipped = scaler is not None and scaler.get_scale() < scale_before
+    skipped = scale_before is not None and scaler is not None and scaler.get_scale() < scale_before
     if ctx.scheduler is not None and not skipped:
         ctx.scheduler.step()
     ctx.stepped.zero_grad(set_to_none=True)  # Fabric's wrapper would forward each attribute

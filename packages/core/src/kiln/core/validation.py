@@ -42,6 +42,7 @@ def validate(ctx: Context, step: int) -> dict[str, float] | None:
 def _validation_outputs(ctx: Context) -> dict[str, list[torch.Tensor]]:
     """This rank's ``validation_step`` outputs, by key, in eval mode and without grad."""
     limit = ctx.trainer.limit_val_batches
+    assert ctx.val_loader is not None  # validate() returns first without one
     outputs: dict[str, list[torch.Tensor]] = defaultdict(list)
     ctx.model.eval()
     with torch.no_grad():

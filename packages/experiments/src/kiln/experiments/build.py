@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kiln.experiments.schema import JobConfig
 
 
-def build_module(resolved: dict[str, Any]) -> Any:
-    """The LightningModule a resolved config describes: plugins, data module, ``create_model``.
+def build_module(cfg: JobConfig | Mapping[str, Any]) -> Any:
+    """The LightningModule a config describes: plugins, data module, ``create_model``.
+
+    Args:
+        cfg: The job's validated config (a ``data`` field, where it has one, is the data
+            module's ``_target_`` and arguments), or a resolved one read back from a file (a
+            checkpoint's or an export's run config).
 
     The config's ``plugins`` are imported first: a worker process that ``kiln.core.launch``,
     torchrun or SLURM started has imported nothing of the user's yet.
@@ -16,12 +25,16 @@ def build_module(resolved: dict[str, Any]) -> Any:
     from kiln.models import OptimizerConfig, SchedulerConfig, create_model
     from kiln.models.plugins import load_plugins
 
-    load_plugins(resolved.get("plugins") or [])
-
-    data = instantiate(resolved["data"], _convert_="all") if resolved.get("data") else None
-    optimizer = OptimizerConfig(**resolved["optimizer"])
-    scheduler = SchedulerConfig(**resolved["scheduler"])
-    return create_model(**resolved["model"], data=data, optimizer=optimizer, scheduler=scheduler)
+    if isinstance(cfg, Mapping):  # read from a file: only the typed config is checked
+        model, data, plugins = cfg["model"], cfg.get("data"), cfg.get("plugins") or []
+        optimizer = OptimizerConfig(**cfg["optimizer"])
+        scheduler = SchedulerConfig(**cfg["scheduler"])
+    else:
+        model, data, plugins = cfg.model, getattr(cfg, "data", None), cfg.plugins
+        optimizer, scheduler = cfg.optimizer, cfg.scheduler
+    load_plugins(plugins)
+    data_module = instantiate(data, _convert_="all") if data else None
+    return create_model(**model, data=data_module, optimizer=optimizer, scheduler=scheduler)
 
 
 def seed_before_build(seed: int) -> None:

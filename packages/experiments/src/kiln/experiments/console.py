@@ -11,6 +11,7 @@ from rich.table import Table
 
 from kiln.experiments.job import RECORD_KINDS
 from kiln.experiments.mfu import mfu_fields, mfu_text
+from kiln.experiments.train.record import TrainRecord
 
 if TYPE_CHECKING:
     from kiln.experiments.sweep import SweepJob
@@ -46,24 +47,23 @@ def fmt(value: Any, column: str = "") -> str:
     return str(value).replace("\n", " ")
 
 
-def job_table(summary: dict[str, Any]) -> Table:
-    """Final metrics and telemetry of one job."""
-    status = summary["status"]
-    color = "green" if status == "ok" else "red"
-    table = Table(title=f"kiln-train: [{color}]{status}", title_justify="left", min_width=72)
+def job_table(summary: dict[str, Any] | TrainRecord) -> Table:
+    """Final metrics and telemetry of one job (its ``summary.json`` record)."""
+    rec = summary if isinstance(summary, TrainRecord) else TrainRecord.from_json(summary)
+    color = "green" if rec.status == "ok" else "red"
+    table = Table(title=f"kiln-train: [{color}]{rec.status}", title_justify="left", min_width=72)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    table.add_row("global_step", fmt(summary.get("global_step")))
-    if summary.get("stop_reason"):
-        signal_name = summary.get("stop_signal")
-        stopped = f"signal {signal_name}" if signal_name else summary["stop_reason"]
+    table.add_row("global_step", fmt(rec.global_step))
+    if rec.stop_reason:
+        stopped = f"signal {rec.stop_signal}" if rec.stop_signal else rec.stop_reason
         table.add_row("stopped by", stopped)
-    table.add_row("train/loss", fmt(summary.get("train_loss")))
-    for key, value in sorted(summary.get("metrics", {}).items()):
+    table.add_row("train/loss", fmt(rec.train_loss))
+    for key, value in sorted(rec.metrics.items()):
         table.add_row(key, fmt(value))
-    telemetry = summary.get("telemetry") or {}
+    telemetry = rec.telemetry or {}
     if telemetry:
-        flops = mfu_fields(summary)
+        flops = mfu_fields(rec)
         table.add_row("FLOPs/step", fmt(flops["flops_per_step"], "flops_per_step"))
         table.add_row("achieved TFLOP/s", fmt(flops["achieved_tflops_per_s"]))
         table.add_row("MFU", mfu_text(flops))
@@ -74,13 +74,13 @@ def job_table(summary: dict[str, Any]) -> Table:
             continue  # lists (graph-break reasons) are in summary.json and W&B
         unit = _TELEMETRY_UNITS.get(key, "")
         table.add_row(f"telemetry/{key}", f"{fmt(value)} {unit}".strip(), style="dim")
-    if summary.get("error"):
-        table.add_row("error", summary["error"], style="red")
-    if summary.get("traceback_file"):
-        table.add_row("traceback", summary["traceback_file"], style="dim")
-    table.caption = f"run: {summary.get('run_name')}\noutputs: {summary.get('output_dir')}"
-    if summary.get("wandb"):
-        table.caption += f"\nW&B run: {summary['wandb']['dir']}"
+    if rec.error:
+        table.add_row("error", rec.error, style="red")
+    if rec.traceback_file:
+        table.add_row("traceback", rec.traceback_file, style="dim")
+    table.caption = f"run: {rec.run_name}\noutputs: {rec.output_dir}"
+    if rec.wandb:
+        table.caption += f"\nW&B run: {rec.wandb['dir']}"
     table.caption_justify = "left"
     return table
 

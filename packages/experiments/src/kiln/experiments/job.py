@@ -166,7 +166,8 @@ def _jsonable(value: Any) -> Any:
 
 
 def write_job_json(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
-    """Write ``payload`` as strict JSON to ``path`` atomically (a reader never sees half a file).
+    """Write ``payload`` as strict JSON to ``path`` atomically and durably
+    (:func:`kiln.core.atomic.atomic_write`: a reader never sees half a file).
 
     Args:
         path: Destination file, usually ``<job output dir>/summary.json`` or ``bench.json``.
@@ -175,9 +176,8 @@ def write_job_json(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
     Returns:
         The path written.
     """
+    from kiln.core.atomic import atomic_write
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_jsonable(payload), indent=2, allow_nan=False) + "\n")
-    os.replace(tmp, path)
-    return path
+    return atomic_write(path, json.dumps(_jsonable(payload), indent=2, allow_nan=False) + "\n")

@@ -125,8 +125,10 @@ class Lifecycle:
         self.job = job
         self.kind = kind
         self.record: dict[str, Any] = {**job.record(kind), "error_stage": None, **(fields or {})}
-        for key, value in (("machine", machine_info()), ("wandb", None), ("config", None)):
-            self.record.setdefault(key, value)
+        if self.record.get("machine") is None:
+            self.record["machine"] = machine_info()
+        for key in ("wandb", "config"):
+            self.record.setdefault(key, None)
         self.writer = writer
         self.summarize = summarize
         self.progress = progress
@@ -237,7 +239,7 @@ class Lifecycle:
         if self.writer:
             record = self.record
             if self.kept is not None and self.refused:  # keep it; list this attempt only
-                attempts = {k: v for k, v in self.record.items() if k == "attempts"}
+                attempts = {k: v for k, v in self.record.items() if k == "attempts" and v}
                 record = {**self.kept, **attempts}
             write_job_json(Path(self.job.output_dir) / self.kind.file, record)
         if self.tracker is not None:

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from kiln.experiments.train.record import TrainRecord
 
-def _on_cpu(record: dict[str, Any]) -> bool:
-    accelerator = ((record.get("config") or {}).get("trainer") or {}).get("accelerator")
+
+def _on_cpu(record: TrainRecord) -> bool:
+    accelerator = ((record.config or {}).get("trainer") or {}).get("accelerator")
     if accelerator in ("cpu", "cuda", "gpu"):
         return accelerator == "cpu"
-    return not (record.get("machine") or {}).get("device_count")
+    return not (record.machine or {}).get("device_count")
 
 
-def mfu_fields(record: dict[str, Any]) -> dict[str, Any]:
+def mfu_fields(record: TrainRecord) -> dict[str, Any]:
     """``flops_per_step``, ``achieved_tflops_per_s``, ``mfu`` (a fraction) and ``mfu_na``:
     why there is no MFU (``"cpu"``, ``"peak unknown"``, ``"flops not counted"``), else ``None``.
     """
-    tel = record.get("telemetry") or {}
+    tel = record.telemetry or {}
     flops, achieved, mfu = (tel.get(k) for k in ("flops_per_step", "achieved_flops_per_s", "mfu"))
     na = None
     if not isinstance(mfu, int | float):

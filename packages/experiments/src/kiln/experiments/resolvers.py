@@ -29,7 +29,7 @@ def uses_cuda(accelerator: str) -> bool:
     if accelerator == "auto":
         import torch
 
-        return torch.cuda.is_available()
+        return torch.cuda.device_count() > 0
     return accelerator in GPU_ACCELERATORS
 
 

@@ -16,12 +16,12 @@ from kiln.experiments.tracking.tags import run_tags
 from kiln.experiments.tracking.tracker import Tracker
 
 
-def measure(settings: BenchConfig, resolved: dict[str, Any]) -> dict[str, Any]:
+def measure(settings: BenchConfig) -> dict[str, Any]:
     """Build the model and its fixed batch, then run the harness; never raises."""
     from kiln.experiments.bench.harness import run_benchmark
 
     try:
-        module = build_module({**resolved, "data": None})
+        module = build_module(settings)  # a BenchConfig has no data: one fixed batch
         batch = module.example_batch(settings.bench.batch_size)
     except Exception as exc:  # a model that cannot be built is a row, not a crashed sweep
         return {"status": "error", "reason": f"build model: {type(exc).__name__}: {exc}"}
@@ -91,6 +91,6 @@ def run_bench_job(cfg: DictConfig, job: JobInfo) -> dict[str, Any]:
         )
         life.track(settings.logger, config=resolved, tags=tags)
         with life.measured(settings.trainer.accelerator, settings.trainer.precision):
-            life.record.update(measure(settings, resolved))
+            life.record.update(measure(settings))
         _log_pairs(life.tracker, life.record)
     return life.record

@@ -1,5 +1,6 @@
-"""The arithmetic of a speedup table: medians, spreads and geometric means (numpy and
-``statistics`` do the arithmetic; this module fixes which figure is which).
+"""The arithmetic of a speedup table: medians, spreads, intervals and geometric means
+(numpy, ``statistics`` and ``scipy.stats.bootstrap`` do the arithmetic; this module fixes
+which figure is which).
 
 Shared by the harness (one job's speedup and spread) and the report (a sweep's summary),
 so both compute a figure the same way.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +45,36 @@ def _resamples(rng: np.random.Generator, n: int) -> np.ndarray:
     return rng.integers(0, n, (BOOTSTRAP_RESAMPLES, n))
 
 
+def _median_ratio(num: np.ndarray, den: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.median(num, axis=axis) / np.median(den, axis=axis)
+
+
+def _bootstrap(
+    samples: tuple[Sequence[float], ...], statistic: Any, *, paired: bool, seed: int
+) -> tuple[float, float]:
+    """``scipy.stats.bootstrap``'s seeded percentile ``CONFIDENCE`` interval of
+    ``statistic(*samples)`` over ``BOOTSTRAP_RESAMPLES`` resamples (``paired``: the samples'
+    i-th values are drawn together). A sample of one value has no spread: its interval is
+    the figure itself."""
+    data = tuple(np.asarray(sample, dtype=float) for sample in samples)
+    if min(len(d) for d in data) < 2:
+        value = float(statistic(*data, axis=-1))
+        return value, value
+    from scipy.stats import bootstrap  # imported on use: kiln-report --help stays quick
+
+    result = bootstrap(
+        data,
+        statistic,
+        paired=paired,
+        vectorized=True,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
 def bootstrap_speedup_interval(
     eager_s: Sequence[float], compiled_s: Sequence[float], seed: int = 0
 ) -> tuple[float, float]:
@@ -52,9 +84,7 @@ def bootstrap_speedup_interval(
     moment), so the interval reflects how much the figure moves with the measured noise.
     Seeded: the same timings always give the same interval.
     """
-    eager, compiled = np.asarray(eager_s, dtype=float), np.asarray(compiled_s, dtype=float)
-    picks = _resamples(np.random.default_rng(seed), len(eager))
-    return _interval(np.median(eager[picks], axis=1) / np.median(compiled[picks], axis=1))
+    return _bootstrap((eager_s, compiled_s), _median_ratio, paired=True, seed=seed)
 
 
 def bootstrap_median_interval(values: Sequence[float], seed: int = 0) -> tuple[float, float]:
@@ -63,8 +93,7 @@ def bootstrap_median_interval(values: Sequence[float], seed: int = 0) -> tuple[f
 
     Seeded: the same values always give the same interval.
     """
-    data = np.asarray(values, dtype=float)
-    return _interval(np.median(data[_resamples(np.random.default_rng(seed), len(data))], axis=1))
+    return _bootstrap((values,), np.median, paired=False, seed=seed)
 
 
 def bootstrap_ratio_interval(
@@ -75,11 +104,7 @@ def bootstrap_ratio_interval(
 
     Seeded: the same timings always give the same interval.
     """
-    num, den = np.asarray(num_s, dtype=float), np.asarray(den_s, dtype=float)
-    rng = np.random.default_rng(seed)
-    num_medians = np.median(num[_resamples(rng, len(num))], axis=1)
-    den_medians = np.median(den[_resamples(rng, len(den))], axis=1)
-    return _interval(num_medians / den_medians)
+    return _bootstrap((num_s, den_s), _median_ratio, paired=False, seed=seed)
 
 
 def bootstrap_runs_ratio_interval(
@@ -88,7 +113,8 @@ def bootstrap_runs_ratio_interval(
     """A two-level percentile-bootstrap 95% interval of ``median of num_runs' medians /
     median of den_runs' medians``: each resample draws runs (repeats of one configuration)
     with replacement, and each drawn run's step times with replacement, so the interval holds
-    the between-run spread as well as the within-run one.
+    the between-run spread as well as the within-run one (``scipy.stats.bootstrap`` resamples
+    one level only, so this one is drawn here).
 
     Seeded: the same timings always give the same interval.
     """

@@ -113,12 +113,7 @@ def build_report(
         ``{"files": [paths written], "tables": {name: (columns, rows)}, "plots": [pngs],
         "records": [all job records]}``.
     """
-    from kiln.experiments.report.plots import (
-        loss_plot,
-        ratio_plots,
-        speedup_bars,
-        throughput_bars,
-    )
+    from kiln.experiments.report.plots import loss_plot, ratio_plots, throughput_bars
 
     sweep = load_sweep(sweep_dir)
     out = Path(out_dir) if out_dir is not None else sweep.root
@@ -132,34 +127,8 @@ def build_report(
     files: list[Path] = []
 
     if sweep.bench:
-        methods = sorted({str(r["method"]) for r in sweep.bench if r.get("method")})
-        md += [f"- Bench method: {m}" for m in methods]
-        rows = model_rows(sweep.bench)
-        summary = summary_rows(rows)
-        tables["bench_summary"] = (SUMMARY_COLUMNS, summary)
-        tables["bench_models"] = (MODEL_COLUMNS, rows)
-        files += [
-            write_csv(out / "bench_summary.csv", summary, SUMMARY_COLUMNS),
-            write_csv(out / "bench_models.csv", rows, MODEL_COLUMNS),
-        ]
-        noisy = list(noisy_precisions(rows))
-        title = "torch.compile training speedup"
-        plots.append(speedup_bars(rows, out / "speedup.png", title, noisy=noisy))
-        md += [
-            "",
-            "## torch.compile speedup per compile mode and precision",
-            "",
-            "Geometric-mean speedup and memory ratio over the models that pass the "
-            "accuracy check; pass rate over all models.",
-            "",
-            markdown_table(summary, SUMMARY_COLUMNS),
-            "",
-            "## Per model",
-            "",
-            markdown_table(rows, MODEL_COLUMNS),
-            "",
-            "![speedup](speedup.png)",
-        ]
+        files_, plots_, lines = bench_section(sweep.bench, out, tables)
+        files, plots, md = files + files_, plots + plots_, md + lines
     if sweep.train:
         md += [f"- Training method: {TRAIN_METHOD}"]  # once: the section does not repeat it
         rows = train_rows(sweep.train)
@@ -203,6 +172,45 @@ def build_report(
         print_tables({**tables, **shown}, ", ".join(f.name for f in files if f.suffix != ".png"))
         print(f"wrote into {out}: {', '.join(f.name for f in files)}")
     return {"files": files, "tables": tables, "plots": plots, "records": records}
+
+
+def bench_section(
+    records: list[dict[str, Any]], out: Path, tables: dict
+) -> tuple[list[Path], list[Path], list[str]]:
+    """kiln-bench's speedup per compile mode and precision (``bench_summary.csv``), per model
+    (``bench_models.csv``) and as bars (``speedup.png``); returns the files, the plots and
+    the report's lines."""
+    from kiln.experiments.report.plots import speedup_bars
+
+    methods = sorted({str(r["method"]) for r in records if r.get("method")})
+    rows = model_rows(records)
+    summary = summary_rows(rows)
+    tables["bench_summary"] = (SUMMARY_COLUMNS, summary)
+    tables["bench_models"] = (MODEL_COLUMNS, rows)
+    files = [
+        write_csv(out / "bench_summary.csv", summary, SUMMARY_COLUMNS),
+        write_csv(out / "bench_models.csv", rows, MODEL_COLUMNS),
+    ]
+    noisy = list(noisy_precisions(rows))
+    title = "torch.compile training speedup"
+    plots = [speedup_bars(rows, out / "speedup.png", title, noisy=noisy)]
+    lines = [f"- Bench method: {m}" for m in methods]
+    lines += [
+        "",
+        "## torch.compile speedup per compile mode and precision",
+        "",
+        "Geometric-mean speedup and memory ratio over the models that pass the "
+        "accuracy check; pass rate over all models.",
+        "",
+        markdown_table(summary, SUMMARY_COLUMNS),
+        "",
+        "## Per model",
+        "",
+        markdown_table(rows, MODEL_COLUMNS),
+        "",
+        "![speedup](speedup.png)",
+    ]
+    return files, plots, lines
 
 
 def study_section(

@@ -38,6 +38,7 @@ from kiln.experiments.job import identity_overrides
 from kiln.experiments.mfu import mfu_fields, mfu_text
 from kiln.experiments.report.comparable import TRUST_RULE, impossible, verdict
 from kiln.experiments.report.pairing import pair_key, why_unpaired
+from kiln.experiments.train.record import TrainRecord
 
 MIN_MEASURED_STEPS = 20
 """Fewer measured (post-warm-up) steps than this in either run make a ratio noise."""
@@ -89,20 +90,21 @@ def _devices(record: dict[str, Any]) -> int:
     return int(record.get("devices") or 1) * int(record.get("num_nodes") or 1)
 
 
-def _row(rec: dict[str, Any]) -> dict[str, Any]:
-    tel = rec.get("telemetry") or {}
+def _row(record: dict[str, Any]) -> dict[str, Any]:
+    rec = TrainRecord.from_json(record)
+    tel = rec.telemetry or {}
     row: dict[str, Any] = {
-        "run": run_name(rec),
-        "model": rec.get("model"),
-        "precision": rec.get("precision"),
-        "compile_mode": rec.get("compile_mode"),
-        "devices": _devices(rec),
-        "accumulate_grad_batches": rec.get("accumulate_grad_batches"),
-        "status": rec.get("status"),
-        "global_step": rec.get("global_step"),
-        "train_loss": rec.get("train_loss"),
+        "run": run_name(record),
+        "model": rec.model,
+        "precision": rec.precision,
+        "compile_mode": rec.compile_mode,
+        "devices": _devices(record),
+        "accumulate_grad_batches": rec.accumulate_grad_batches,
+        "status": rec.status,
+        "global_step": rec.global_step,
+        "train_loss": rec.train_loss,
     }
-    for name, value in sorted((rec.get("metrics") or {}).items()):
+    for name, value in sorted((rec.metrics or {}).items()):
         row[name] = value
     step = tel.get("step_time_median_s")
     row.update(
@@ -123,7 +125,7 @@ def _row(rec: dict[str, Any]) -> dict[str, Any]:
             "speedup_vs_eager": None,
             "scaling_efficiency": None,
             **{col: None for cols in _RATIOS.values() for col in cols},
-            "error": rec.get("error"),
+            "error": rec.error,
         }
     )
     return row

@@ -1,9 +1,16 @@
 """Read an offline W&B run back from its ``.wandb`` file, without uploading it.
 
-wandb 0.31 writes the run as a transaction log (LevelDB log format: 32 KiB blocks of
-CRC-checked chunks, each record a ``wandb_internal_pb2.Record``) and no longer ships a
-Python reader, so this is a small one: enough to check that every logged step is there,
-or to look at an offline run before ``wandb sync``.
+W&B writes a run as a transaction log (LevelDB log format: 32 KiB blocks of CRC-checked
+chunks, each record a ``wandb_internal_pb2.Record``, after a ``:W&B`` header with a format
+version). W&B has no public reader of it (its Python ``datastore`` went with wandb-core; a
+reader for a local API is in the works upstream), so this is a small one: enough to find the
+last step a run holds (a resumed job backfills exactly the steps after it), to check that
+every logged step is there, or to look at an offline run before ``wandb sync``.
+
+It reads the format versions it knows (:data:`KNOWN_VERSIONS`) and refuses any other file
+loudly (:class:`WandbFormatError`), never guessing: ``tests/experiments/test_wandb_format.py``
+writes a real offline run with the installed wandb and reads it back, so a W&B release that
+changes the format fails that test, not a resumed job.
 """
 
 from __future__ import annotations
@@ -18,6 +25,15 @@ from typing import Any
 _FILE_HEADER = struct.Struct("<4sHB")  # ident b":W&B", magic 0xBEE1, version
 _CHUNK_HEADER = struct.Struct("<IHB")  # crc32, length, type
 _BLOCK = 32768
+KNOWN_VERSIONS = (0,)
+"""The ``.wandb`` format versions this reader knows (the header's last byte)."""
+
+
+class WandbFormatError(ValueError):
+    """A ``.wandb`` file this reader does not know: not a W&B transaction log, or a format
+    version W&B changed to (the message names it and the installed wandb)."""
+
+
 _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 
 
@@ -95,9 +111,17 @@ def _file_records(path: Path, complete: bool = True) -> Iterator[Any]:
     data = path.read_bytes()
     if len(data) < _FILE_HEADER.size and not complete:
         return  # a killed attempt that never wrote its header
-    ident, magic, _version = _FILE_HEADER.unpack_from(data, 0)
+    ident, magic, version = _FILE_HEADER.unpack_from(data, 0)
     if ident != b":W&B" or magic != 0xBEE1:
-        raise ValueError(f"{path} is not a W&B transaction log")
+        raise WandbFormatError(f"{path} is not a W&B transaction log")
+    if version not in KNOWN_VERSIONS:
+        import wandb
+
+        raise WandbFormatError(
+            f"{path} is in .wandb format version {version} (wandb {wandb.__version__}); kiln "
+            f"reads version {', '.join(map(str, KNOWN_VERSIONS))}: update "
+            "kiln/experiments/tracking/wandb_files.py, or install the wandb kiln pins"
+        )
     pending = b""
     try:
         for kind, body in _chunks(data):
@@ -109,6 +133,8 @@ def _file_records(path: Path, complete: bool = True) -> Iterator[Any]:
                 record = wandb_internal_pb2.Record()
                 record.ParseFromString(pending)
                 yield record
+    except WandbFormatError:
+        raise
     except (ValueError, DecodeError):  # a bad checksum, a record cut short
         if complete:
             raise
@@ -130,19 +156,21 @@ def read_history(path: str | Path) -> list[dict[str, Any]]:
 
 def last_logged_step(files: list[Path], step_key: str) -> int | None:
     """The highest ``step_key`` in the rows of ``files`` (a killed run's file may end in a
-    half-written record: the rows before it count), or ``None`` when there is none."""
+    half-written record: the rows before it count), or ``None`` when there is none.
+
+    Raises:
+        WandbFormatError: A file is in a format this reader does not know (guessing would
+            log steps twice, or not at all).
+    """
     last = None
     for path in files:
-        try:
-            for record in _file_records(path):
-                if record.WhichOneof("record_type") != "history":
-                    continue
-                for item in record.history.item:
-                    if _item_key(item) == step_key:
-                        step = json.loads(item.value_json)
-                        last = step if last is None else max(last, step)
-        except Exception:
-            continue
+        for record in _file_records(path, complete=False):
+            if record.WhichOneof("record_type") != "history":
+                continue
+            for item in record.history.item:
+                if _item_key(item) == step_key:
+                    step = json.loads(item.value_json)
+                    last = step if last is None else max(last, step)
     return last
 
 

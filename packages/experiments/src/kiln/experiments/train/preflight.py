@@ -4,9 +4,12 @@ label column, labels the model has no class for, a batch larger than the data)."
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kiln.experiments.build import build_module, seed_before_build
+
+if TYPE_CHECKING:
+    from kiln.experiments.train.schema import TrainConfig
 
 
 def check_accelerator(name: str) -> None:
@@ -33,7 +36,7 @@ def check_accelerator(name: str) -> None:
         )
 
 
-def build_checked(resolved: dict[str, Any]) -> Any:
+def build_checked(settings: TrainConfig) -> Any:
     """The job's module, built as a worker builds it (seeded first), with its data set up
     and its loaders made: a data error fails here, not in the first step.
 
@@ -41,18 +44,18 @@ def build_checked(resolved: dict[str, Any]) -> Any:
         The module (the single-process job trains it; a multi-process job's workers build
         their own).
     """
-    seed_before_build(resolved["trainer"]["seed"])
-    module = build_module(resolved)
+    seed_before_build(settings.trainer.seed)
+    module = build_module(settings)
     if getattr(module, "data_module", None) is not None:
         module.train_dataloader()  # builds the sets; too few rows for one batch fails here
         module.val_dataloader()
-    check_test_split(module, resolved)
+    check_test_split(module, settings)
     return module
 
 
-def check_test_split(module: Any, resolved: dict[str, Any]) -> None:
+def check_test_split(module: Any, settings: TrainConfig) -> None:
     """With ``test_after_fit``, fail now, not after training, where there is no test split."""
-    if resolved.get("test_after_fit"):
+    if settings.test_after_fit:
         if module.data_module is None:
             raise ValueError("test_after_fit=true needs a data module with a test split")
         module.data_module.test_dataloader()

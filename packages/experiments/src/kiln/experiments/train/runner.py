@@ -3,71 +3,41 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kiln.experiments.job import TRAIN, JobInfo
 from kiln.experiments.lifecycle import Lifecycle, Requeued, Terminated
-from kiln.experiments.schema import LoggerConfig
 from kiln.experiments.stages import stage
 from kiln.experiments.tracking.summary import wandb_summary
 from kiln.experiments.tracking.tags import run_tags
 from kiln.experiments.train import preflight
 from kiln.experiments.train import resume as job_resume
+from kiln.experiments.train.record import TrainRecord
 from kiln.experiments.train.worker import global_rank, in_process, train
+
+if TYPE_CHECKING:
+    from kiln.experiments.train.schema import TrainConfig
 
 SUMMARY_FILE = TRAIN.file
 
 
-def _select(cfg: Any, key: str) -> Any:
-    """``cfg.<key>`` resolved, or ``None`` when it is missing or does not resolve."""
-    from omegaconf import OmegaConf
-
-    try:
-        value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
-    except Exception:
-        return None
-    return OmegaConf.to_container(value, resolve=False) if OmegaConf.is_config(value) else value
-
-
 def fit_progress(exc: BaseException) -> dict[str, Any]:
-    """What a failed ``fit`` had completed (``global_step``, ``history``, ``train_loss``):
-    ``kiln.core.fit`` attaches it to the exception it raises as ``kiln_result``."""
+    """What a failed ``fit`` had completed (:attr:`TrainRecord.PROGRESS`): ``kiln.core.fit``
+    attaches it to the exception it raises as ``kiln_result``."""
     result = getattr(exc, "kiln_result", None)
-    if result is None:
-        return {}
-    found = {k: getattr(result, k, None) for k in ("global_step", "history", "train_loss")}
-    return {k: v for k, v in found.items() if v is not None}
+    return {} if result is None else TrainRecord.progress(result)
 
 
 def _wandb_summary(record: dict[str, Any]) -> dict[str, Any]:
     """The W&B run's summary: final metrics, every block of the record (telemetry, machine),
-    step, why it stopped, loss, seed, initial weights."""
-    scalars = ("global_step", "stop_reason", "stop_signal", "train_loss", "seed")
-    return wandb_summary(record, (*scalars, "init_weights_sha256"))
+    and :attr:`TrainRecord.SUMMARY_SCALARS` (step, why it stopped, loss, seed, weights)."""
+    return wandb_summary(record, TrainRecord.SUMMARY_SCALARS)
 
 
-def _fields(cfg: Any) -> dict[str, Any]:
-    """The train record's own fields, read from the (maybe unresolvable) config."""
-    return {
-        "model": _select(cfg, "model.name"),
-        "model_tiny": bool(_select(cfg, "model.tiny")),
-        "precision": _select(cfg, "trainer.precision"),
-        "compile_mode": _select(cfg, "compile.mode"),
-        "devices": (_select(cfg, "trainer.devices") or 1)
-        * (_select(cfg, "trainer.num_nodes") or 1),
-        "accumulate_grad_batches": _select(cfg, "trainer.accumulate_grad_batches"),
-        "seed": _select(cfg, "trainer.seed"),
-        "init_weights_sha256": None,
-        "metrics": {},
-        "train_loss": None,
-        "global_step": 0,
-        # why training stopped (FitResult.stop_reason; with "signal", the signal's name)
-        "stop_reason": None,
-        "stop_signal": None,
-        "telemetry": {},
-        "history": [],
-        "checkpoint": None,
-    }
+def _record(cfg: Any, job: JobInfo) -> dict[str, Any]:
+    """The job's record before any work: who it is, and what its (maybe unresolvable)
+    config says it trains."""
+    return TrainRecord(**job.record(TRAIN), **TrainRecord.config_fields(cfg)).to_json()
 
 
 def _attempt_end(exc: BaseException | None, record: dict[str, Any]) -> str:
@@ -154,16 +124,52 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             except Requeued as requeued:
                 return _requeue(job, requeued)
     except JobDirBusyError as busy:  # the directory is another process's: write nothing there
-        return {**job.record(TRAIN), **_fields(cfg), "error": str(busy), "error_stage": "config"}
+        return {**_record(cfg, job), "error": str(busy), "error_stage": "config"}
 
 
-def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
-    """``run_job`` without the requeue."""
+def _checked_config(
+    cfg: Any, job: JobInfo, life: Lifecycle, attempts: list[dict[str, Any]]
+) -> tuple[TrainConfig, dict[str, Any], Path | None]:
+    """The job's config stage: resolve and validate ``cfg`` into ``life.record`` and check
+    what it names (plugins, checkpoint dir, resume, accelerator, model). Config errors (an
+    unresolvable interpolation, an out-of-range value, an unknown model, a checkpoint or
+    directory the job cannot resume from) fail here: before a W&B run is opened and before
+    worker processes start.
+
+    Returns:
+        The validated config, the resolved one, and the checkpoint the job resumes from.
+    """
     from omegaconf import OmegaConf
 
     from kiln.core.rundir import check_writable
     from kiln.experiments.train.schema import validate
 
+    if OmegaConf.select(cfg, "trainer.checkpoint_dir") is None:
+        cfg.trainer.resume = None  # checkpoint_dir=null turns checkpoints off
+    resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    life.record["config"] = resolved
+    settings = validate(cfg)  # every __post_init__ range check, before any work
+    life.record.update(TrainRecord.config_fields(settings))
+    from kiln.models.plugins import load_plugins
+
+    load_plugins(settings.plugins)
+    trainer = settings.trainer
+    if trainer.checkpoint_dir is not None:
+        check_writable(trainer.checkpoint_dir)
+    from_step, checkpoint = job_resume.check_resume(resolved)
+    if attempts:  # written now: a SIGKILLed attempt leaves no end to say it
+        job_resume.set_from_step(job.output_dir, attempts, from_step)
+    job_resume.check_claim(resolved, checkpoint)
+    preflight.check_accelerator(trainer.accelerator)
+    if settings.model:
+        from kiln.models import get_model_entry
+
+        get_model_entry(settings.model["name"])
+    return settings, resolved, checkpoint
+
+
+def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
+    """``run_job`` without the requeue."""
     done = _already_done(cfg, job)  # every rank alike: one may not train alone
     if done is not None:
         print(f"{job.output_dir}: already ended ok with this config, skipped", flush=True)
@@ -178,14 +184,14 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             if end == "failed" and life.refused:  # nothing trained: the record stays
                 end = "refused"
                 details = {k: life.record[k] for k in ("error", "error_stage")}
-            step = life.record["global_step"]
+            step = TrainRecord.from_json(life.record).global_step
             job_resume.end_attempt(job.output_dir, attempts, end, step, **details)
             life.record["attempts"] = attempts
 
     with Lifecycle(
         job,
         TRAIN,
-        _fields(cfg),
+        _record(cfg, job),
         writer=global_rank() == 0,
         summarize=_wandb_summary,
         progress=fit_progress,
@@ -194,66 +200,30 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
         if life.writer:  # first: a refused attempt is listed too
             attempts.extend(job_resume.begin_attempt(job.output_dir))
         with stage("config"):
-            # Config errors (unresolvable interpolation, out-of-range value, unknown model,
-            # a checkpoint or directory the job cannot resume from) fail here: before a W&B
-            # run is opened and before worker processes start.
-            if OmegaConf.select(cfg, "trainer.checkpoint_dir") is None:
-                cfg.trainer.resume = None  # checkpoint_dir=null turns checkpoints off
-            resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-            life.record["config"] = resolved
-            validate(cfg)  # every __post_init__ range check, before any work
-            from kiln.models.plugins import load_plugins
-
-            load_plugins(resolved.get("plugins") or [])
-            trainer = resolved["trainer"]
-            if trainer["checkpoint_dir"] is not None:
-                check_writable(trainer["checkpoint_dir"])
-            from_step, checkpoint = job_resume.check_resume(resolved)
-            if attempts:  # written now: a SIGKILLed attempt leaves no end to say it
-                job_resume.set_from_step(job.output_dir, attempts, from_step)
-            job_resume.check_claim(resolved, checkpoint)
-            preflight.check_accelerator(trainer["accelerator"])
-            if resolved.get("model"):
-                from kiln.models import get_model_entry
-
-                get_model_entry(resolved["model"]["name"])
+            settings, resolved, checkpoint = _checked_config(cfg, job, life, attempts)
+            trainer = settings.trainer
         with stage("setup"):
             # the data and model the config describes (a CSV without its label column, labels
             # the model has no class for, too few rows for a batch): before W&B, too
-            module = preflight.build_checked(resolved)
+            module = preflight.build_checked(settings)
             if not in_process(trainer):
                 module = None  # the workers build their own
         with stage("train"):
-            model = resolved.get("model") or {}
+            record = TrainRecord.from_json(life.record)
             tags = run_tags(
-                model.get("name", "?"),
-                trainer["precision"],
-                resolved["compile"]["mode"],
-                tiny=bool(model.get("tiny")),
-                devices=trainer["devices"] * trainer["num_nodes"],
-                extra=resolved.get("tags", []),
+                record.model or "?",
+                trainer.precision,
+                settings.compile.mode,
+                tiny=record.model_tiny,
+                devices=record.devices,
+                extra=settings.tags,
             )
-            life.track(LoggerConfig(**resolved["logger"]), config=resolved, tags=tags, resume=True)
+            life.track(settings.logger, config=resolved, tags=tags, resume=True)
             if life.tracker is not None and checkpoint is not None:
                 job_resume.backfill(life.loggers, checkpoint, life.tracker.logged_through)
-            with life.measured(trainer["accelerator"], trainer["precision"]):
-                result = train(resolved, life.loggers, module)
-            life.record.update(
-                **{
-                    k: result[k]
-                    for k in (
-                        "metrics",
-                        "train_loss",
-                        "global_step",
-                        "telemetry",
-                        "history",
-                        "checkpoint",
-                        "init_weights_sha256",
-                        "stop_reason",
-                        "stop_signal",
-                    )
-                },
-            )
+            with life.measured(trainer.accelerator, trainer.precision):
+                result = train(settings, resolved, life.loggers, module)
+            life.record.update(TrainRecord.fit_values(result))
             if result.get("stop_reason") == "signal":
                 end_after_signal(result["stop_signal"], life.record)
             else:

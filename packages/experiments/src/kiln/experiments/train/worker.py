@@ -1,8 +1,9 @@
 """One process of a training job: build the model from the resolved config and ``fit`` it.
 
 The job never re-executes ``sys.argv``. With ``trainer.devices > 1`` it starts its worker
-processes itself through ``kiln.core.launch``, handing each the resolved config as a plain
-dict; each worker rebuilds the model and data from it and calls ``kiln.core.fit``. When the
+processes itself through ``kiln.core.launch``, handing each the validated config (a pickled
+``TrainConfig``) and the resolved one (what checkpoints record); each worker builds the model
+and data from it and calls ``kiln.core.fit``. When the
 processes already exist (``torchrun``, or SLURM with one task per device) the job *is* a
 worker: it trains in-process, and only global rank 0 tracks and writes.
 """
@@ -12,10 +13,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kiln.experiments.build import build_module, seed_before_build
 from kiln.experiments.train.preflight import check_test_split
+
+if TYPE_CHECKING:
+    from kiln.experiments.train.schema import TrainConfig
 
 
 def global_rank() -> int:
@@ -26,11 +30,11 @@ def global_rank() -> int:
     return 0
 
 
-def build_callbacks(resolved: dict[str, Any]) -> list[Any]:
+def build_callbacks(specs: dict[str, Any] | None) -> list[Any]:
     """The ``callbacks`` config group's objects, in name order (``null`` entries dropped)."""
     from hydra.utils import instantiate
 
-    specs = resolved.get("callbacks") or {}
+    specs = specs or {}
     for name, spec in specs.items():
         if spec is not None and "_target_" not in spec:
             raise ValueError(
@@ -41,12 +45,13 @@ def build_callbacks(resolved: dict[str, Any]) -> list[Any]:
 
 
 def train_worker(
-    resolved: dict[str, Any], loggers: list[Any], module: Any = None
+    settings: TrainConfig, resolved: dict[str, Any], loggers: list[Any], module: Any = None
 ) -> dict[str, Any]:
     """Train as one process of the job; a top-level function so ``kiln.core.launch`` can pickle it.
 
     Args:
-        resolved: The job's resolved config as plain containers.
+        settings: The job's validated config.
+        resolved: The same config as plain containers: what checkpoints record.
         loggers: The job's Fabric loggers; only global rank 0 uses them.
         module: The module ``preflight.build_checked`` built in this process, or ``None``
             to build it here.
@@ -54,16 +59,15 @@ def train_worker(
     Returns:
         ``kiln.core.FitResult`` as a dict.
     """
-    from kiln.core import CompileConfig, TrainerConfig, fit, weights_hash
+    from kiln.core import fit, weights_hash
     from kiln.core.stop import stop_on_signals
 
-    trainer = TrainerConfig(**resolved["trainer"])
-    compile_cfg = CompileConfig(**resolved["compile"])
+    trainer = settings.trainer
     if module is None:
         seed_before_build(trainer.seed)  # same seed, same starting weights, every rank and job
-        module = build_module(resolved)
+        module = build_module(settings)
     init_hash = weights_hash(module)
-    check_test_split(module, resolved)
+    check_test_split(module, settings)
     if global_rank() == 0:
         for logger in loggers:  # the W&B run's config (a worker process attaches to it)
             try:
@@ -76,14 +80,14 @@ def train_worker(
         result = fit(
             module,
             trainer,
-            compile_cfg,
+            settings.compile,
             loggers=loggers if global_rank() == 0 else [],
-            callbacks=build_callbacks(resolved),
+            callbacks=build_callbacks(settings.callbacks),
             run_config=resolved,
         )
     record = {**dataclasses.asdict(result), "init_weights_sha256": init_hash}
     stopped = result.stop_reason == "signal"  # the resumed attempt tests the final weights
-    if resolved.get("test_after_fit") and global_rank() == 0 and not stopped:
+    if settings.test_after_fit and global_rank() == 0 and not stopped:
         record["metrics"] = {**record["metrics"], **test_pass(module, result.global_step, loggers)}
     return record
 
@@ -99,30 +103,32 @@ def test_pass(module: Any, step: int, loggers: list[Any]) -> dict[str, float]:
     return metrics
 
 
-def train(resolved: dict[str, Any], loggers: list[Any], module: Any = None) -> dict[str, Any]:
+def train(
+    settings: TrainConfig, resolved: dict[str, Any], loggers: list[Any], module: Any = None
+) -> dict[str, Any]:
     """Train the job: in this process (``module``: built already, or ``None``), or in
     ``trainer.devices`` worker processes it starts (each builds its own)."""
-    trainer = resolved["trainer"]
+    trainer = settings.trainer
     if in_process(trainer):
-        return train_worker(resolved, loggers, module)
-    if trainer["num_nodes"] > 1:
+        return train_worker(settings, resolved, loggers, module)
+    if trainer.num_nodes > 1:
         raise ValueError(
-            f"trainer.num_nodes={trainer['num_nodes']} needs processes on every node: start the "
+            f"trainer.num_nodes={trainer.num_nodes} needs processes on every node: start the "
             "job with torchrun or launcher=slurm (see docs/sweeps-and-slurm.md)"
         )
-    return _launch(resolved, loggers)
+    return _launch(settings, resolved, loggers)
 
 
-def in_process(trainer: dict[str, Any]) -> bool:
+def in_process(trainer: Any) -> bool:
     """Whether this process trains (one device, or a rank torchrun or SLURM started), rather
-    than starting ``trainer.devices`` workers."""
+    than starting ``trainer.devices`` workers (``trainer``: a ``TrainerConfig``)."""
     from kiln.core.launch import launched_externally
 
     # torchrun or SLURM tasks: this process is already one rank
-    return launched_externally() or trainer["devices"] * trainer["num_nodes"] == 1
+    return launched_externally() or trainer.devices * trainer.num_nodes == 1
 
 
-def _launch(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
+def _launch(settings: TrainConfig, resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
     """Train on ``trainer.devices`` worker processes started here."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
@@ -130,7 +136,7 @@ def _launch(resolved: dict[str, Any], loggers: list[Any]) -> dict[str, Any]:
     from kiln.experiments.lifecycle import Terminated
 
     try:
-        return launch(train_worker, resolved["trainer"]["devices"], resolved, loggers)[0]
+        return launch(train_worker, settings.trainer.devices, settings, resolved, loggers)[0]
     except SignalException as stopped:
         # torch's agent relayed SIGTERM/SIGINT to the workers (they stop at a step boundary,
         # with a checkpoint) and raised here: end as a single-process job would

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -47,10 +48,12 @@ class PaddedValidationSet(Dataset):
         return item
 
 
-class DataModule:
+class DataModule(L.LightningDataModule):
     """Base of kiln's data modules: batch sizes, workers and the two loaders.
 
-    Subclasses implement ``attach`` (check against the model, pick up its tokenizer or
+    A ``LightningDataModule``: the Lightning ``Trainer`` takes one as it is, and Lightning's
+    hooks (``prepare_data``, ``teardown``, ``state_dict``) are there to override. Subclasses
+    implement ``attach`` (check against the model, pick up its tokenizer or
     transforms) and ``setup`` (build ``self.train_set`` / ``self.val_set``, and
     ``self.test_set`` where there is a test split).
 
@@ -72,6 +75,7 @@ class DataModule:
             raise ValueError(f"batch_size={batch_size!r} must be >= 1")
         if num_workers < 0:
             raise ValueError(f"num_workers={num_workers!r} must be >= 0")
+        super().__init__()
         self.batch_size = batch_size
         self.val_batch_size = val_batch_size or batch_size
         self.num_workers = num_workers
@@ -84,8 +88,9 @@ class DataModule:
     def attach(self, module: Any) -> None:
         """Check the data against ``module`` and take what it needs from it."""
 
-    def setup(self) -> None:
-        """Build ``train_set`` and ``val_set`` (once)."""
+    def setup(self, stage: str | None = None) -> None:
+        """Build ``train_set`` and ``val_set`` (once, whatever the ``stage``: one build
+        serves fitting, validation and testing)."""
         if not self._is_setup:
             self._setup()
             self._is_setup = True

@@ -15,6 +15,19 @@ METRICS_DIR = Path(__file__).parent
 METRIC_NAMES = ("accuracy", "f1", "perplexity")
 
 
+def metric_info(description: str, inputs: str, **features: str) -> evaluate.MetricInfo:
+    """The ``_info`` of a kiln metric script: its description, its inputs' docs, and one
+    ``datasets.Value`` feature per input (``predictions="int64"``)."""
+    import datasets
+
+    return evaluate.MetricInfo(
+        description=description,
+        citation="",
+        inputs_description=inputs,
+        features=datasets.Features({k: datasets.Value(v) for k, v in features.items()}),
+    )
+
+
 @functools.cache
 def load_metric(name: str) -> evaluate.EvaluationModule:
     """Load one of kiln's packaged metrics by name, from its local directory.
@@ -30,4 +43,4 @@ def load_metric(name: str) -> evaluate.EvaluationModule:
     return evaluate.load(str(METRICS_DIR / name))
 
 
-__all__ = ["METRIC_NAMES", "load_metric"]
+__all__ = ["METRIC_NAMES", "load_metric", "metric_info"]

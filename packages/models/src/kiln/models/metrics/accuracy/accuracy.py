@@ -1,8 +1,9 @@
 """Accuracy, as a local ``evaluate`` metric module (loads offline, no hub fetch)."""
 
-import datasets
 import evaluate
 import numpy as np
+
+from kiln.models.metrics import metric_info
 
 _DESCRIPTION = "Accuracy: the fraction of predictions that equal their reference label."
 _KWARGS = """
@@ -16,14 +17,7 @@ Returns:
 
 class Accuracy(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS,
-            features=datasets.Features(
-                {"predictions": datasets.Value("int64"), "references": datasets.Value("int64")}
-            ),
-        )
+        return metric_info(_DESCRIPTION, _KWARGS, predictions="int64", references="int64")
 
     def _compute(self, predictions, references):
         predictions = np.asarray(predictions)

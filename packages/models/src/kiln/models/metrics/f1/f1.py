@@ -1,8 +1,9 @@
 """F1 score, as a local ``evaluate`` metric module (loads offline, no hub fetch)."""
 
-import datasets
 import evaluate
 import numpy as np
+
+from kiln.models.metrics import metric_info
 
 _DESCRIPTION = "F1: the harmonic mean of precision and recall, per class or averaged."
 _KWARGS = """
@@ -26,14 +27,7 @@ def _f1(tp: float, fp: float, fn: float) -> float:
 
 class F1(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS,
-            features=datasets.Features(
-                {"predictions": datasets.Value("int64"), "references": datasets.Value("int64")}
-            ),
-        )
+        return metric_info(_DESCRIPTION, _KWARGS, predictions="int64", references="int64")
 
     def _compute(self, predictions, references, average="binary", pos_label=1):
         if average not in _AVERAGES:

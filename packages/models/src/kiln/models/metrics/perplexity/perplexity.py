@@ -5,9 +5,10 @@ does not run a model: the training loop already has the per-sample summed negati
 log-likelihoods, and token-weighting them is what makes the figure exact.
 """
 
-import datasets
 import evaluate
 import numpy as np
+
+from kiln.models.metrics import metric_info
 
 _DESCRIPTION = "Perplexity: exp(total NLL / total tokens) over the whole set."
 _KWARGS = """
@@ -21,14 +22,7 @@ Returns:
 
 class Perplexity(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS,
-            features=datasets.Features(
-                {"nll_sums": datasets.Value("float64"), "token_counts": datasets.Value("int64")}
-            ),
-        )
+        return metric_info(_DESCRIPTION, _KWARGS, nll_sums="float64", token_counts="int64")
 
     def _compute(self, nll_sums, token_counts):
         total = float(np.sum(token_counts))

@@ -508,7 +508,7 @@ def _load_plain(fabric: Fabric, path: Path, state: dict) -> dict:
     return checkpoint
 
 
-def load_checkpoint(fabric: Fabric, path: str | Path, state: dict) -> dict:
+def load_checkpoint(fabric: Fabric, path: str | Path, state: dict[str, Any]) -> dict[str, Any]:
     """Restore the objects in ``state`` in place from ``path``; return the other saved values.
 
     Must be called on every rank. Modules load strictly; a checkpoint of another model fails
@@ -541,7 +541,7 @@ def load_checkpoint(fabric: Fabric, path: str | Path, state: dict) -> dict:
     if isinstance(fabric.strategy, _PLAIN_STATE_STRATEGIES) and path.is_file():
         remainder = _load_plain(fabric, path, state)
     else:
-        loaded = dict(state)
+        loaded: dict[str, Any] = dict(state)
         try:
             remainder = fabric.load(path, loaded)
             restore_stateful(state, loaded)

@@ -123,14 +123,18 @@ def load_sharded_weights(module: torch.nn.Module, path: str | Path, key: str = "
     Raises:
         RuntimeError: The checkpoint does not fit the module; the message names both.
     """
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
+
+    # torch types its checkpoint_id as PathLike[Unknown]
+    from torch.distributed.checkpoint.state_dict_loader import (
+        load as dcp_load,  # pyright: ignore[reportUnknownVariableType]
+    )
 
     state = module.state_dict()
     try:
         with warnings.catch_warnings():  # that it loads in one process is the point
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-            dcp.load({key: state}, checkpoint_id=str(path), no_dist=True)
+            dcp_load({key: state}, checkpoint_id=str(path), no_dist=True)
     except (CheckpointException, RuntimeError, ValueError) as error:
         raise RuntimeError(
             f"checkpoint {path} does not fit {type(module).__name__}: {dcp_reason(error)}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true")
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -181,7 +182,7 @@ class TrainerConfig:
         _check_choice("trainer.precision", self.precision, PRECISIONS)
         _check_choice("trainer.strategy", self.strategy, STRATEGIES)
         if isinstance(self.fsdp, dict):  # from a resolved Hydra config
-            self.fsdp = FSDPConfig(**self.fsdp)
+            self.fsdp = FSDPConfig(**cast(dict[str, Any], self.fsdp))
         if self.strategy == "fsdp":
             self._check_fsdp()
         _check_positive("trainer.devices", self.devices)

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 def is_sharded(strategy: Any) -> bool:
     """Whether ``strategy`` (a Fabric strategy) shards the model with FSDP2."""
-    from lightning.fabric.strategies import ModelParallelStrategy
+    from lightning.fabric.strategies.model_parallel import ModelParallelStrategy
 
     return isinstance(strategy, ModelParallelStrategy)
 
@@ -42,7 +42,7 @@ def is_sharded(strategy: Any) -> bool:
 def fsdp_strategy(trainer: TrainerConfig) -> Any:
     """Fabric's ``ModelParallelStrategy`` doing pure FSDP2 (no tensor parallelism): every
     rank is a data-parallel rank, and checkpoints are written shard by shard."""
-    from lightning.fabric.strategies import ModelParallelStrategy
+    from lightning.fabric.strategies.model_parallel import ModelParallelStrategy
 
     world = trainer.devices * trainer.num_nodes
     return ModelParallelStrategy(

@@ -195,7 +195,9 @@ def _grad_norm(optimizer: Any) -> float:
         return float("nan")
     total = torch.nn.utils.get_total_norm(grads)
     # FSDP's sharded gradients give a DTensor: the global norm needs every rank's part
-    return float(total.full_tensor() if hasattr(total, "full_tensor") else total)
+    from torch.distributed.tensor import DTensor
+
+    return float(total.full_tensor() if isinstance(total, DTensor) else total)
 
 
 def _unpack_step(out: Any) -> tuple[torch.Tensor, Any]:

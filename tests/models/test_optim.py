@@ -1,4 +1,5 @@
 import itertools
+import logging
 import math
 
 import pytest
@@ -67,3 +68,30 @@ def test_bad_config_values_fail_with_the_valid_choices():
     with pytest.raises(ValueError, match="adamw"):
         OptimizerConfig(name="sgd")
     assert OptimizerConfig(betas=[0.9, 0.95]).betas == (0.9, 0.95)  # Hydra passes lists
+
+
+@pytest.mark.parametrize(
+    ("config", "warmup"),
+    [
+        (SchedulerConfig(name="cosine", warmup_steps=50), "scheduler.warmup_steps=50 "),
+        (SchedulerConfig(warmup_steps=30), "scheduler.warmup_steps=30 "),
+        (SchedulerConfig(warmup_ratio=0.99), "scheduler.warmup_ratio=0.99 (30 steps) "),
+    ],
+)
+def test_a_warmup_as_long_as_the_run_is_said_naming_both_numbers(caplog, config, warmup):
+    opt = build_optimizer(Net(), OptimizerConfig(lr=1e-3))
+    with caplog.at_level(logging.WARNING, logger="kiln.models.optim"):
+        build_scheduler(opt, config, total_steps=30)
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.startswith(warmup) and "run's 30 optimizer steps" in said
+    assert "never reaches its peak" in said
+    peak = round(100 * lr_factor(29, 30, config))
+    assert f"ends at {peak}% of optimizer.lr" in said
+
+
+def test_a_warmup_shorter_than_the_run_says_nothing(caplog):
+    opt = build_optimizer(Net(), OptimizerConfig(lr=1e-3))
+    with caplog.at_level(logging.WARNING, logger="kiln.models.optim"):
+        build_scheduler(opt, SchedulerConfig(name="cosine", warmup_steps=29), total_steps=30)
+        build_scheduler(opt, SchedulerConfig(name="linear", warmup_ratio=0.9), total_steps=30)
+    assert caplog.records == []

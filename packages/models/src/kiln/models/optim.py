@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -12,6 +13,8 @@ if TYPE_CHECKING:  # the configs are read at compose time, where torch is not ne
 
 OPTIMIZERS = ("adamw",)
 SCHEDULERS = ("cosine", "linear", "constant")
+log = logging.getLogger(__name__)
+
 MAX_LR = 1e30
 """Largest accepted learning rate or weight decay: far above any useful rate, and below
 fp32's overflow (1e39 is inf in fp32: the run would fail later without naming the key)."""
@@ -118,6 +121,28 @@ def lr_factor(step: int, total_steps: int, config: SchedulerConfig) -> float:
     return config.min_lr_ratio + (1 - config.min_lr_ratio) * decay
 
 
+def _say_if_warmup_fills_the_run(config: SchedulerConfig, total_steps: int) -> None:
+    # A warning, not an error: a short debug run (debug=fast) of a long recipe is legitimate,
+    # but a real run whose rate never reaches its peak silently stays near chance.
+    warmup = config.warmup(total_steps)
+    if warmup >= total_steps:
+        peak = lr_factor(total_steps - 1, total_steps, config)
+        source = (
+            f"scheduler.warmup_steps={warmup}"
+            if config.warmup_steps
+            else f"scheduler.warmup_ratio={config.warmup_ratio} ({warmup} steps)"
+        )
+        log.warning(
+            "%s is not shorter than the run's %d optimizer steps "
+            "(trainer.max_steps, or fewer with max_epochs): the learning rate never reaches "
+            "its peak (it ends at %.0f%% of optimizer.lr) and never decays; use fewer "
+            "warm-up steps or scheduler.warmup_ratio (e.g. 0.1)",
+            source,
+            total_steps,
+            100 * peak,
+        )
+
+
 def build_scheduler(
     optimizer: torch.optim.Optimizer, config: SchedulerConfig, total_steps: int | None
 ) -> torch.optim.lr_scheduler.LambdaLR:
@@ -133,6 +158,7 @@ def build_scheduler(
         total_steps = 1
     if total_steps < 1:
         raise ValueError(f"total_steps={total_steps!r} must be >= 1")
+    _say_if_warmup_fills_the_run(config, total_steps)
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_factor(step, total_steps, config)
     )

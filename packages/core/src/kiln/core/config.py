@@ -125,6 +125,10 @@ class TrainerConfig:
     """Optimizer steps excluded from the steady-state step time (compilation, caches)."""
     progress: bool = True
     """Show a progress bar on rank 0 (plain log lines when output is not a terminal)."""
+    activation_checkpointing: bool = False
+    """Recompute each repeated block's activations in the backward instead of keeping them
+    (``kiln.core.activation_checkpointing``): less activation memory for about one more
+    forward per step; the gradients are the same."""
     count_flops: bool = True
     """Count a micro-batch's FLOPs once (``training_step`` + backward on meta tensors) and
     report ``flops_per_step``, ``achieved_flops_per_s`` and ``mfu`` in the telemetry. A

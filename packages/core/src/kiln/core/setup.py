@@ -22,6 +22,7 @@ from kiln.core.callbacks.base import CallbackStates, StepHooks
 from kiln.core.config import CompileConfig, TrainerConfig
 from kiln.core.data import training_loader
 from kiln.core.launch import check_world_size, launched_externally
+from kiln.core.memory import reset_peak_memory
 from kiln.core.optim import unpack_optimizers
 from kiln.core.precision import ExactDoublePrecision
 from kiln.core.rundir import check_writable
@@ -60,6 +61,7 @@ class Context:
     run_config: dict[str, Any] | None
     hooks: StepHooks  # fabric.call for the per-step hooks
     callback_states: CallbackStates = field(default_factory=lambda: CallbackStates([]))
+    activation_checkpointing: str | None = None  # how it was applied (None: off)
 
     @property
     def objects(self) -> dict[str, Any]:
@@ -90,6 +92,7 @@ def setup(
     if trainer.checkpoint_dir is not None:
         check_writable(trainer.checkpoint_dir)  # now, not at the first save hours from now
     fabric.seed_everything(trainer.seed)
+    reset_peak_memory(fabric.device)  # the fit's own peak, not an earlier job's in this process
 
     train_loader = training_loader(module.train_dataloader(), fabric, trainer.seed)
     val_loader = _val_loader(module, fabric)

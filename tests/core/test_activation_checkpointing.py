@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from toy import ToyTokenModule, weights
+from toy import ToyTokenModule, full_weights
 
 from kiln.core import TrainerConfig, fit, launch
 from kiln.core.activation_checkpointing import activation_checkpointing
@@ -75,12 +75,17 @@ class Grads:
         self.module, self.steps = module, []
 
     def on_before_optimizer_step(self, optimizer) -> None:
-        self.steps.append(
-            {n.replace(WRAPPED, ""): p.grad.clone() for n, p in self.module.named_parameters()}
+        self.steps.append(  # this rank's shard under FSDP
+            {n.replace(WRAPPED, ""): local(p.grad) for n, p in self.module.named_parameters()}
         )
 
 
-def train(checkpointing: bool, devices: int = 1) -> dict:
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    to_local = getattr(tensor, "to_local", None)
+    return (to_local() if callable(to_local) else tensor).clone()
+
+
+def train(checkpointing: bool, devices: int = 1, strategy: str = "auto") -> dict:
     """Top-level so spawned ranks can import it: 4 AdamW steps with dropout, float64."""
     module = BlockStack()
     grads = Grads(module)
@@ -92,19 +97,20 @@ def train(checkpointing: bool, devices: int = 1) -> dict:
         accumulate_grad_batches=2,
         progress=False,
         activation_checkpointing=checkpointing,
+        strategy=strategy,
     )
     result = fit(module, cfg, callbacks=[grads])
     return {
         "grads": grads.steps,
-        "weights": weights(module),
+        "weights": full_weights(module),
         "telemetry": result.telemetry,
-        "blocks": [type(b) for b in module.blocks],
+        "blocks": [type(b).__name__ for b in module.blocks],
     }
 
 
-def train_both(devices: int) -> tuple[dict, dict]:
+def train_both(devices: int, strategy: str = "auto") -> tuple[dict, dict]:
     """Both runs in one launch (the second fit reuses the ranks' process group)."""
-    return train(False, devices), train(True, devices)
+    return train(False, devices, strategy), train(True, devices, strategy)
 
 
 def assert_same_grads(got: dict, want: dict) -> None:
@@ -122,13 +128,25 @@ def test_checkpointed_blocks_give_the_same_gradients_on_one_process():
     assert_same_grads(checkpointed, plain)
     assert checkpointed["telemetry"]["activation_checkpointing"] == "checkpoint_wrapper x 4 blocks"
     assert plain["telemetry"]["activation_checkpointing"] is None
-    assert checkpointed["blocks"] == [Block] * 4  # unwrapped after the fit
+    assert checkpointed["blocks"] == ["Block"] * 4  # unwrapped after the fit
 
 
 def test_checkpointed_blocks_give_the_same_gradients_on_two_gloo_ranks():
     for plain, checkpointed in launch(train_both, 2, 2):
         assert_same_grads(checkpointed, plain)
         assert checkpointed["telemetry"]["activation_checkpointing"] is not None
+
+
+def test_checkpointed_blocks_give_the_same_gradients_under_fsdp_on_two_gloo_ranks():
+    # the wrappers are what FSDP2 shards (found as the repeated blocks); each rank's
+    # gradient shards match
+    for plain, checkpointed in launch(train_both, 2, 2, "fsdp"):
+        assert_same_grads(checkpointed, plain)
+        assert checkpointed["telemetry"]["activation_checkpointing"] == (
+            "checkpoint_wrapper x 4 blocks"
+        )
+        half = sum(v.numel() for v in plain["grads"][0].values())
+        assert half < sum(v.numel() for v in plain["weights"].values())  # sharded
 
 
 def test_the_state_dict_keeps_the_blocks_own_keys():

@@ -2,8 +2,10 @@
 global batch (devices x micro-batch x accumulation) stays the same, and with dropout off the
 run ends within 1e-12 (float64) of the uninterrupted one, 2 -> 1 and 1 -> 2 gloo ranks. Step k
 trains on the same samples on any world size (``kiln.core.data``), so the uninterrupted runs
-on 1 and 2 ranks agree too. A world size change that cannot keep the global batch fails
-before training, naming both world sizes and the accumulation that would keep it."""
+on 1 and 2 ranks agree too. Under FSDP (which needs >= 2 processes) a sharded checkpoint of
+2 ranks resumes on 3 and one of 3 on 2: torch distributed checkpoint reshards it on load. A
+world size change that cannot keep the global batch fails before training, naming both world
+sizes and the accumulation that would keep it."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from toy import ToyTokenModule, weights
+from toy import ToyBlocksModule, ToyTokenModule, full_weights, weights
 
 from kiln.core import TrainerConfig, fit, launch
 
@@ -107,3 +109,47 @@ def test_a_global_batch_no_accumulation_keeps_fails_saying_so(tmp_path, two_rank
         r"micro-batches of 3 on 1 processes",
     ):
         fit(module, cfg)
+
+
+FSDP_KW = {**MODULE_KW, "n": 36}  # a global batch of 12: 3 steps an epoch, again
+FSDP_BATCH = 12
+
+
+def fsdp_run(root: Path, devices: int, steps: int, resume: str | None = None) -> dict:
+    """Top-level so spawned ranks can import it."""
+    module = ToyBlocksModule(**FSDP_KW)
+    accumulate = FSDP_BATCH // (FSDP_KW["batch_size"] * devices)
+    cfg = config(root, devices, steps, resume, strategy="fsdp", accumulate_grad_batches=accumulate)
+    result = fit(module, cfg)
+    return {"weights": full_weights(module), "history": result.history, "step": result.global_step}
+
+
+def fsdp_on_two(root: Path) -> tuple[dict, dict]:
+    return fsdp_run(root / "full", 2, STEPS), fsdp_run(root / "two", 2, STOP)
+
+
+def fsdp_on_three(root: Path) -> tuple[dict, dict]:
+    """The 2-rank checkpoint resumed on 3 ranks, and a 3-rank run stopped at step 10."""
+    return fsdp_run(root / "two", 3, STEPS, "auto"), fsdp_run(root / "three", 3, STOP)
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory) -> dict:
+    """FSDP runs: uninterrupted and stopped at step 10 on 2 ranks, then on 3 ranks the
+    2-rank checkpoint resumed and a run stopped at step 10."""
+    root = tmp_path_factory.mktemp("fsdp")
+    full, _ = launch(fsdp_on_two, 2, root)[0]
+    grown = [resumed for resumed, _ in launch(fsdp_on_three, 3, root)]
+    return {"root": root, "full": full, "grown": grown}
+
+
+def test_a_sharded_checkpoint_of_two_ranks_resumes_on_three(sharded) -> None:
+    assert (sharded["root"] / "two" / "ckpt" / f"step-{STEPS:08d}.ckpt").is_dir()  # sharded
+    for rank in sharded["grown"]:
+        assert_same_run(rank, sharded["full"])
+
+
+@pytest.mark.slow  # a third FSDP launch; growing the world is tested in the fast tier
+def test_a_sharded_checkpoint_of_three_ranks_resumes_on_two(sharded) -> None:
+    for rank in launch(fsdp_run, 2, sharded["root"] / "three", 2, STEPS, "auto"):
+        assert_same_run(rank, sharded["full"])

@@ -2,7 +2,8 @@
 inputs in the forward and recompute the rest of its activations in the backward.
 
 It is applied to the module before anything else touches it (torchtitan's order:
-activation checkpointing, compile, then sharding), and undone after the fit. How:
+activation checkpointing, compile, then sharding), and undone after the fit (except for
+the wrappers FSDP2 sharded: they own their blocks' shards). How:
 
 - A module that defines ``set_activation_checkpointing(enabled: bool)`` (the contract hook,
   ``kiln.core.contract``) does it itself: kiln.models' HF wrappers call the model's own
@@ -31,6 +32,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
     CheckpointWrapper,
     checkpoint_wrapper,
 )
+from torch.distributed.fsdp import FSDPModule
 
 from kiln.core.compile import repeated_blocks
 
@@ -76,7 +78,9 @@ def activation_checkpointing(module: nn.Module, enabled: bool) -> Iterator[str |
         yield f"checkpoint_wrapper x {len(slots)} blocks"
     finally:
         for container, index, block in slots:
-            if isinstance(container[index], CheckpointWrapper):
+            wrapper = container[index]
+            # a wrapper FSDP2 sharded owns the block's shards and hooks: it stays
+            if isinstance(wrapper, CheckpointWrapper) and not isinstance(wrapper, FSDPModule):
                 container[index] = block
 
 

@@ -175,6 +175,7 @@ def finish(ctx: Context, run: RunState) -> FitResult:
             peak_flops_per_s(fabric.device, trainer.precision),
         ),
         "peak_memory_mb": device_peak_memory_mb(fabric.device),
+        "start_memory_mb": ctx.start_memory_mb,  # peak - start: what the fit itself added
         # this rank's share (its shard under FSDP); gradients as the first step held them
         **state_bytes(ctx.module, ctx.optimizer),
         "grad_bytes": run.grad_bytes,

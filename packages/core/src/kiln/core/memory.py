@@ -88,13 +88,21 @@ def reset_cpu_peak() -> bool:
     return True
 
 
-def reset_peak_memory(device: torch.device) -> None:
-    """Start counting ``device``'s peak memory from now (CUDA allocator or CPU RSS)."""
+def reset_peak_memory(device: torch.device) -> float | None:
+    """Start counting ``device``'s peak memory from now (CUDA allocator or CPU RSS).
+
+    Returns:
+        What is held now, in MiB (CUDA: allocated tensors; CPU: the resident set), so the
+        fit's own rise is its peak minus this; ``None`` where the CPU's is unknown.
+    """
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    else:
-        reset_cpu_peak()
+        return torch.cuda.memory_allocated(device) / 2**20
+    if not reset_cpu_peak():
+        return None
+    rss_kb = status_kb("VmRSS")
+    return None if rss_kb is None else rss_kb / 2**10
 
 
 def device_peak_memory_mb(device: torch.device) -> float:

@@ -63,6 +63,7 @@ class Context:
     hooks: StepHooks  # fabric.call for the per-step hooks
     callback_states: CallbackStates = field(default_factory=lambda: CallbackStates([]))
     activation_checkpointing: str | None = None  # how it was applied (None: off)
+    start_memory_mb: float | None = None  # held when the fit began (its peak counts from there)
 
     @property
     def objects(self) -> dict[str, Any]:
@@ -93,7 +94,7 @@ def setup(
     if trainer.checkpoint_dir is not None:
         check_writable(trainer.checkpoint_dir)  # now, not at the first save hours from now
     fabric.seed_everything(trainer.seed)
-    reset_peak_memory(fabric.device)  # the fit's own peak, not an earlier job's in this process
+    start_memory_mb = reset_peak_memory(fabric.device)  # the fit's own peak, not an earlier job's
 
     train_loader = training_loader(module.train_dataloader(), fabric, trainer.seed)
     val_loader = _val_loader(module, fabric)
@@ -131,6 +132,7 @@ def setup(
         run_config=run_config,
         hooks=StepHooks(fabric, [module, *(callbacks or [])]),
         callback_states=CallbackStates(callbacks or []),
+        start_memory_mb=start_memory_mb,
     )
 
 

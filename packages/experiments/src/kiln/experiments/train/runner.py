@@ -56,6 +56,8 @@ def _fields(cfg: Any) -> dict[str, Any]:
         "devices": (_select(cfg, "trainer.devices") or 1)
         * (_select(cfg, "trainer.num_nodes") or 1),
         "accumulate_grad_batches": _select(cfg, "trainer.accumulate_grad_batches"),
+        "strategy": _select(cfg, "trainer.strategy"),
+        "activation_checkpointing": bool(_select(cfg, "trainer.activation_checkpointing")),
         "seed": _select(cfg, "trainer.seed"),
         "init_weights_sha256": None,
         "metrics": {},

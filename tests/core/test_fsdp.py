@@ -6,6 +6,7 @@ last window, unequal token counts per rank, and with clipping of the global norm
 from __future__ import annotations
 
 import logging
+import math
 
 import pytest
 import torch
@@ -97,7 +98,64 @@ def exact_runs(cases: list[tuple[int, float | None]]) -> dict:
             "history": result.history,
             "shards": probe.shards(),
         }
+    out["options"] = option_runs()  # in the same launch: each launch costs seconds
     return out
+
+
+class DtypeProbe(ToyBlocksModule):
+    """Records the dtype a block computes with (FSDP2's gathered parameter) and the
+    sharded master weight's and gradient's dtypes at the optimizer step."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.seen: dict = {}
+        # inside the block's forward its parameters are gathered, in FSDP's param_dtype
+        self.blocks[0].linear.register_forward_hook(self._record)
+
+    def _record(self, linear, args, output) -> None:
+        self.seen["compute"] = linear.weight.dtype
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        weight = self.blocks[0].linear.weight
+        self.seen.update(master=weight.dtype, grad=weight.grad.dtype, kind=type(weight).__name__)
+
+
+def option_runs() -> dict:
+    """Precision and trainer.fsdp options, two steps each."""
+    out = {}
+    options = {
+        "bf16-mixed": dict(precision="bf16-mixed"),
+        "bf16-true": dict(precision="bf16-true"),
+        "32-true": dict(precision="32-true"),
+        "no-reshard": dict(precision="32-true", fsdp={"reshard_after_forward": False}),
+    }
+    for name, kw in options.items():
+        module = DtypeProbe(**MODULE_KW)
+        result = fit(module, fsdp_trainer(max_steps=2, gradient_clip_norm=1.0, **kw))
+        finite = all(math.isfinite(row["train/loss"]) for row in result.history)
+        out[name] = {**module.seen, "step": result.global_step, "finite": finite}
+    out["hybrid"] = hybrid_placements()
+    return out
+
+
+def hybrid_placements() -> dict:
+    """How ``trainer.fsdp.sharding=hybrid`` lays a weight out on 2 "nodes" of 1 device each
+    (the process group of the fits above is still up)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from kiln.core.config import FSDPConfig
+    from kiln.core.sharding import shard_module
+
+    mesh = init_device_mesh("cpu", (2, 1), mesh_dim_names=("data_parallel", "tensor_parallel"))
+    module = shard_module(
+        ToyBlocksModule(**MODULE_KW), mesh, FSDPConfig(sharding="hybrid"), "32-true", 2
+    )
+    weight = module.blocks[0].linear.weight
+    return {
+        "mesh": weight.device_mesh.mesh_dim_names,
+        "placements": [type(p).__name__ for p in weight.placements],
+        "local": tuple(weight.to_local().shape),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -207,6 +265,7 @@ def test_compile_with_fsdp_trains_and_reports_graph_breaks_and_recompiles(
         (dict(devices=2, fsdp={"sharding": "half"}), r"trainer.fsdp.sharding='half'.*full, hybrid"),
         (dict(devices=2, fsdp={"sharding": "hybrid"}), r"hybrid.*num_nodes>=2"),
         (dict(devices=2, fsdp={"cpu_offload": "yes"}), r"trainer.fsdp.cpu_offload='yes'"),
+        (dict(devices=2, fsdp={"cpu_offload": True}), r"cpu_offload=true .* trains on cpu"),
         (dict(strategy="fsdp2"), r"trainer.strategy='fsdp2' is not valid.*auto, ddp, fsdp"),
     ],
 )
@@ -214,3 +273,40 @@ def test_bad_fsdp_settings_fail_before_training_saying_what_is_valid(kw, match) 
     kw = {"strategy": "fsdp", "accelerator": "cpu", **kw}
     with pytest.raises(ValueError, match=match):
         TrainerConfig(**kw)
+
+
+@pytest.mark.parametrize(
+    ("name", "compute", "master"),
+    [
+        # bf16 compute and gather, fp32 master weights, gradients and optimizer state
+        ("bf16-mixed", torch.bfloat16, torch.float32),
+        ("bf16-true", torch.bfloat16, torch.bfloat16),
+        ("32-true", torch.float32, torch.float32),
+        ("no-reshard", torch.float32, torch.float32),
+    ],
+)
+def test_precision_and_fsdp_options_train(ranks, name, compute, master) -> None:
+    for rank in ranks:
+        seen = rank["options"][name]
+        assert seen["step"] == 2 and seen["finite"]
+        assert seen["kind"] == "DTensor"
+        assert (seen["compute"], seen["master"], seen["grad"]) == (compute, master, master)
+
+
+def test_hybrid_sharding_replicates_across_nodes_and_shards_within_one(ranks) -> None:
+    # 2 nodes of 1 device: each node holds a whole replica (its one shard is everything)
+    for rank in ranks:
+        hybrid = rank["options"]["hybrid"]
+        assert hybrid["mesh"] == ("replicate", "shard")
+        assert hybrid["placements"] == ["Replicate", "Shard"]
+        assert hybrid["local"] == (16, 16)
+
+
+def test_blocks_wrapped_for_activation_checkpointing_are_still_the_blocks_to_shard() -> None:
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    from kiln.core.compile import repeated_blocks
+
+    module = ToyBlocksModule(blocks=3, **MODULE_KW)
+    module.blocks = torch.nn.ModuleList(checkpoint_wrapper(b) for b in module.blocks)
+    assert repeated_blocks(module) == list(module.blocks)

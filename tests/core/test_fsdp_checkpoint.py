@@ -21,6 +21,7 @@ from toy import ToyBlocksModule, full_weights
 from kiln.core import TrainerConfig, fit, launch
 from kiln.core.checkpoint import damage, find_latest_checkpoint, read_checkpoint_meta
 from kiln.core.checkpoint_sharded import CHECKSUMS, load_sharded_weights
+from kiln.core.rundir import recorded_run
 
 HERE = Path(__file__).parent
 # shuffled data, dropout, momentum and a step schedule: every piece of state must come back
@@ -148,6 +149,16 @@ def test_a_damaged_shard_is_named_and_resume_auto_falls_back(ranks, tmp_path) ->
     shutil.copytree(newest.parent / "step-00000006.ckpt", partial)
     (partial / CHECKSUMS).unlink()
     assert "did not finish" in damage(partial)
+
+
+def test_a_lost_run_json_is_rebuilt_from_the_sharded_checkpoints_that_prove_themselves(
+    ranks, tmp_path
+) -> None:
+    shutil.copytree(ranks["root"] / "full" / "ckpt", tmp_path / "ckpt")
+    run = json.loads((tmp_path / "ckpt" / "run.json").read_text())
+    (tmp_path / "ckpt" / "run.json").unlink()
+    rebuilt = recorded_run(tmp_path / "ckpt")
+    assert rebuilt.run_id == run["run_id"] and rebuilt.checkpoints == run["checkpoints"]
 
 
 def test_a_checkpoint_of_one_strategy_does_not_resume_into_the_other(ranks) -> None:

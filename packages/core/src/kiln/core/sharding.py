@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch import nn
 
 from kiln.core.compile import repeated_blocks
-from kiln.core.config import FSDPConfig, TrainerConfig
+from kiln.core.config import CPU_OFFLOAD_NEEDS_CUDA, FSDPConfig, TrainerConfig
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,8 @@ def shard_module(
             param_dtype=torch.bfloat16, reduce_dtype=torch.float32
         )
     if options.cpu_offload:
+        if mesh.device_type != "cuda":  # accelerator=auto on a machine without a GPU
+            raise ValueError(CPU_OFFLOAD_NEEDS_CUDA.format(mesh.device_type))
         kwargs["offload_policy"] = CPUOffloadPolicy()
     blocks = repeated_blocks(module)
     if not blocks:

@@ -19,6 +19,7 @@ from typing import Any
 
 from kiln.core.checkpoint import checkpoint_candidates, load_checkpoint
 from kiln.core.checkpoint_sharded import check_same_layout
+from kiln.core.config import check_global_batch
 from kiln.core.data import dataset_size, epoch_samples, micro_batch_size
 from kiln.core.rundir import CheckpointDirError, DamagedCheckpointError, claim, new_run_id
 from kiln.core.seeding import seed_rank_streams
@@ -107,31 +108,13 @@ def _check_world_size(ctx: Context, path: Path, rest: dict[str, Any]) -> None:
             f"resume it with trainer.devices x num_nodes = {saved}"
         )
     accumulate = ctx.trainer.accumulate_grad_batches
-    global_batch = saved * saved_batch * saved_accumulate
-    if world * batch * accumulate != global_batch:
-        works = _what_keeps(global_batch, world, batch)
-        raise ValueError(
-            f"{where}: its global batch (devices x micro-batch x accumulation) is {saved} x "
-            f"{saved_batch} x {saved_accumulate} = {global_batch}, this run's {world} x {batch} "
-            f"x {accumulate} = {world * batch * accumulate}; {works}"
-        )
+    check_global_batch(where, (saved, saved_batch, saved_accumulate), (world, batch, accumulate))
     # the epoch's positions trained so far, dealt to this world's ranks
     rest["batch_in_epoch"] = rest["batch_in_epoch"] * saved * saved_batch // (world * batch)
     _say_if_the_epoch_tails_differ(ctx, saved, saved_batch, world, batch)
     ctx.fabric.print(
         f"resuming a run of {saved} processes on {world}: accumulate_grad_batches "
-        f"{saved_accumulate} -> {accumulate}, the same global batch of {global_batch}"
-    )
-
-
-def _what_keeps(global_batch: int, world: int, batch: int) -> str:
-    accumulate, left = divmod(global_batch, world * batch)
-    if left == 0:
-        return f"set trainer.accumulate_grad_batches={accumulate} to keep it"
-    return (
-        f"no trainer.accumulate_grad_batches keeps it with micro-batches of {batch} on {world} "
-        f"processes; choose a micro-batch size with {world} x batch x accumulation = "
-        f"{global_batch}, or resume on the checkpoint's world size"
+        f"{saved_accumulate} -> {accumulate}, the same global batch of {world * batch * accumulate}"
     )
 
 

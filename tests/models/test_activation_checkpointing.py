@@ -23,7 +23,13 @@ class Grads:
         self.module, self.steps = module, []
 
     def on_before_optimizer_step(self, optimizer) -> None:
-        self.steps.append({n: p.grad.clone() for n, p in self.module.named_parameters()})
+        self.steps.append({n: local(p.grad) for n, p in self.module.named_parameters()})
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy of this rank's shard (FSDP's DTensor gradients), or of the tensor."""
+    to_local = getattr(tensor, "to_local", None)
+    return (to_local() if callable(to_local) else tensor).clone()
 
 
 def vit(data: list[dict]):
@@ -48,7 +54,7 @@ def model_and_data(name: str):
     return build(name, rows(tiny_model(name), 16), 2)
 
 
-def train(name: str, checkpointing: bool, devices: int = 1) -> dict:
+def train(name: str, checkpointing: bool, devices: int = 1, strategy: str = "auto") -> dict:
     model = model_and_data(name)
     grads = Grads(model)
     cfg = TrainerConfig(
@@ -60,15 +66,16 @@ def train(name: str, checkpointing: bool, devices: int = 1) -> dict:
         progress=False,
         count_flops=False,
         activation_checkpointing=checkpointing,
+        strategy=strategy,
     )
     result = fit(model, cfg, callbacks=[grads])
     return {"grads": grads.steps, "how": result.telemetry["activation_checkpointing"]}
 
 
-def train_all(devices: int) -> dict:
+def train_all(devices: int, strategy: str) -> dict:
     """Every model with and without checkpointing, in one launch on 2 ranks."""
     return {
-        (name, on): train(name, on, devices)
+        (name, on): train(name, on, devices, strategy)
         for name in ("llama-tiny-lm", "vit-tiny")
         for on in (False, True)
     }
@@ -91,8 +98,9 @@ def test_the_models_own_checkpointing_gives_the_same_gradients(name: str) -> Non
 
 
 @pytest.mark.slow  # 2 ranks x 4 fits of HF and timm models; the plain module's is fast
-def test_the_models_own_checkpointing_gives_the_same_gradients_on_two_gloo_ranks() -> None:
-    ranks = launch(train_all, 2, 2)
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_the_models_own_checkpointing_gives_the_same_gradients_on_two_gloo_ranks(strategy):
+    ranks = launch(train_all, 2, 2, strategy)
     for rank in ranks:
         for name in ("llama-tiny-lm", "vit-tiny"):
             assert_same_grads(rank[(name, True)]["grads"], rank[(name, False)]["grads"])

@@ -20,13 +20,10 @@ from typing import Any
 
 import torch
 
+from kiln.core.sharding import local_tensor
+
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
-
-
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    to_local = getattr(tensor, "to_local", None)  # DTensor: this rank's shard
-    return to_local() if callable(to_local) else tensor
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
@@ -37,7 +34,7 @@ def tensor_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
     for tensor in tensors:
         if tensor is None:
             continue
-        storage = _local(tensor).untyped_storage()
+        storage = local_tensor(tensor).untyped_storage()
         if storage.data_ptr() in seen:
             continue
         seen.add(storage.data_ptr())

@@ -13,6 +13,7 @@ import torch
 from toy import ToyBlocksModule, ToyTokenModule, full_weights, reference_run
 
 from kiln.core import CompileConfig, TrainerConfig, fit, launch
+from kiln.core.callbacks import EMA
 
 EXACT = dict(rtol=0.0, atol=1e-12)
 MODULE_KW = dict(n=40, batch_size=2, lr=0.01, optimizer="adamw")
@@ -98,7 +99,14 @@ def exact_runs(cases: list[tuple[int, float | None]]) -> dict:
             "history": result.history,
             "shards": probe.shards(),
         }
-    out["options"] = option_runs()  # in the same launch: each launch costs seconds
+    # in the same launch: each launch costs seconds of start-up
+    out["options"] = option_runs()
+    out["no_blocks"] = no_blocks_run()
+    try:
+        fit(ToyBlocksModule(**MODULE_KW), fsdp_trainer(max_steps=1), callbacks=[EMA()])
+        out["ema"] = "no error"
+    except ValueError as error:
+        out["ema"] = str(error)
     return out
 
 
@@ -220,8 +228,8 @@ def no_blocks_run() -> dict:
     return {"messages": records, "step": result.global_step, "params": params}
 
 
-def test_a_module_without_repeated_blocks_is_sharded_as_one_unit_and_says_so() -> None:
-    for rank in launch(no_blocks_run, 2):
+def test_a_module_without_repeated_blocks_is_sharded_as_one_unit_and_says_so(ranks) -> None:
+    for rank in (r["no_blocks"] for r in ranks):
         assert rank["step"] == 2
         assert any("has no repeated blocks" in m and "one unit" in m for m in rank["messages"])
         assert rank["params"]["embed.weight"][0] < 11  # still sharded at rest
@@ -310,3 +318,9 @@ def test_blocks_wrapped_for_activation_checkpointing_are_still_the_blocks_to_sha
     module = ToyBlocksModule(blocks=3, **MODULE_KW)
     module.blocks = torch.nn.ModuleList(checkpoint_wrapper(b) for b in module.blocks)
     assert repeated_blocks(module) == list(module.blocks)
+
+
+def test_the_ema_callback_refuses_sharded_parameters_before_training(ranks) -> None:
+    for rank in ranks:
+        assert "EMA callback averages whole parameters" in rank["ema"]
+        assert "trainer.strategy=fsdp shards them" in rank["ema"]

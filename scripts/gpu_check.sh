@@ -4,7 +4,8 @@
 #   scripts/gpu_check.sh            # on a machine with a CUDA GPU and only this repository
 #
 # Covers reduce-overhead (CUDA graphs), 16-mixed (fp16 AMP with its GradScaler), bf16-mixed
-# and max-autotune; each job checks loss and gradients against eager. Sets up its own
+# and max-autotune; each job checks loss and gradients against eager. With 2+ GPUs, an FSDP
+# row (bf16-mixed, compile=default, kiln-train) next to DDP. Sets up its own
 # environment (uv, then `uv sync` from the committed uv.lock) and exits 0 with a message
 # when there is no CUDA GPU. Sized to finish within 8 minutes on one H200.
 # Environment: KILN_GPU_CHECK_DIR (output dir), KILN_SKIP_SYNC=1 (use the existing .venv).
@@ -60,6 +61,18 @@ timeout 330 "${BENCH[@]}" -m model=bert-tiny-cls,resnet-tiny \
 timeout 150 "${BENCH[@]}" -m model=bert-tiny-cls compile=max-autotune,none \
     precision=bf16-mixed "${COMMON[@]}" 'hydra.sweep.subdir=autotune_${hydra.job.num}' \
     || status=$?
+# FSDP through kiln-train (bf16-mixed, compile=default) next to DDP, 2 GPUs, one process each
+# (NCCL allows no two ranks on one GPU): the report compares throughput, peak memory and
+# per-rank state bytes (speedup_vs_ddp, memory_vs_ddp, state_vs_ddp)
+GPUS="$("$PY" -c 'import torch; print(torch.cuda.device_count())')"
+if (( GPUS >= 2 )); then
+    timeout 300 "$PY" -m kiln.experiments.train -m experiment=tiny_llama_lm debug=fast \
+        trainer=gpu trainer.devices=2 trainer.strategy=ddp,fsdp precision=bf16-mixed \
+        compile=default trainer.max_steps=40 logger=csv "hydra.sweep.dir=$OUT" \
+        'hydra.sweep.subdir=fsdp_${hydra.job.num}' || status=$?
+else
+    echo "gpu_check: FSDP row skipped: $GPUS CUDA device(s), FSDP needs 2 (one process each)"
+fi
 "${REPORT[@]}" "$OUT" || status=$?
 echo "gpu_check: report in $OUT (exit status $status: non-zero when a job failed or timed out)"
 exit "$status"

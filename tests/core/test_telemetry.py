@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kiln.core.telemetry import CompileWatch, StepTimer, device_peak_memory_mb
+from kiln.core.memory import device_peak_memory_mb
+from kiln.core.telemetry import CompileWatch, StepTimer
 
 
 def test_step_timer_summary_over_steps_after_warmup():

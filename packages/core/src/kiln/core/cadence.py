@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from kiln.core.checkpoint import save_checkpoint
+from kiln.core.data import micro_batch_size
 from kiln.core.errors import NonFiniteLossError, check_finite_weights, check_window_total
 from kiln.core.progress import Progress
 from kiln.core.setup import Context
@@ -128,6 +129,9 @@ class Cadence:
             **run.state(),
             "config": ctx.run_config,
             "world_size": ctx.fabric.world_size,
+            # with the world size, the global batch a resume on another world must keep
+            "accumulate_grad_batches": ctx.trainer.accumulate_grad_batches,
+            "micro_batch_size": micro_batch_size(ctx.train_loader),
         }
         saved = save_checkpoint(
             ctx.fabric,

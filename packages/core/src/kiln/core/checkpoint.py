@@ -527,8 +527,8 @@ def load_checkpoint(fabric: Fabric, path: str | Path, state: dict[str, Any]) -> 
     Returns:
         The saved values not in ``state`` (global step, epoch, ...), with ``"rng"`` replaced
         by this rank's RNG state, for the loop to pass to :func:`restore_rng_state` when it
-        is time. If the checkpoint came from fewer ranks than this run has, ranks without a
-        saved state get their current state (restoring it changes nothing), with a warning.
+        is time; ``None`` when the checkpoint came from another number of ranks (each
+        rank's stream belongs to the world that saved it).
     """
     path = Path(path)
     if not path.exists():
@@ -552,14 +552,7 @@ def load_checkpoint(fabric: Fabric, path: str | Path, state: dict[str, Any]) -> 
 
     rng_states = remainder.get("rng")
     if rng_states is not None:
-        rank = fabric.global_rank
-        if rank < len(rng_states):
-            remainder["rng"] = rng_states[rank]
-        else:
-            warnings.warn(
-                f"checkpoint {path} holds RNG states of {len(rng_states)} ranks; rank {rank} "
-                "keeps its current RNG state, so random draws will differ from the saved run",
-                stacklevel=2,
-            )
-            remainder["rng"] = capture_rng_state()
+        # the streams belong to the ranks of the world that saved them
+        same_world = len(rng_states) == fabric.world_size
+        remainder["rng"] = rng_states[fabric.global_rank] if same_world else None
     return remainder

@@ -170,6 +170,10 @@ class TrainerConfig:
     """Optimizer steps excluded from the steady-state step time (compilation, caches)."""
     progress: bool = True
     """Show a progress bar on rank 0 (plain log lines when output is not a terminal)."""
+    activation_checkpointing: bool = False
+    """Recompute each repeated block's activations in the backward instead of keeping them
+    (``kiln.core.activation_checkpointing``): less activation memory for about one more
+    forward per step; the gradients are the same."""
     count_flops: bool = True
     """Count a micro-batch's FLOPs once (``training_step`` + backward on meta tensors) and
     report ``flops_per_step``, ``achieved_flops_per_s`` and ``mfu`` in the telemetry. A
@@ -229,3 +233,35 @@ class TrainerConfig:
                 f"nodes: it needs trainer.num_nodes>=2 (got {self.num_nodes}); use "
                 "trainer.fsdp.sharding=full on one node"
             )
+
+
+def check_global_batch(where: str, saved: tuple[int, int, int], now: tuple[int, int, int]) -> None:
+    """Refuse a world-size change that does not keep the global batch.
+
+    Args:
+        where: What is resumed from where (starts the message).
+        saved: The checkpoint's (world size, micro-batch size, accumulation).
+        now: This run's.
+
+    Raises:
+        ValueError: The products differ; the message names both and the accumulation that
+            keeps the global batch (or says that none does).
+    """
+    global_batch, here = saved[0] * saved[1] * saved[2], now[0] * now[1] * now[2]
+    if here == global_batch:
+        return
+    world, batch = now[0], now[1]
+    accumulate, left = divmod(global_batch, world * batch)
+    if left == 0:
+        works = f"set trainer.accumulate_grad_batches={accumulate} to keep it"
+    else:
+        works = (
+            f"no trainer.accumulate_grad_batches keeps it with micro-batches of {batch} on "
+            f"{world} processes; choose a micro-batch size with {world} x batch x "
+            f"accumulation = {global_batch}, or resume on the checkpoint's world size"
+        )
+    raise ValueError(
+        f"{where}: its global batch (devices x micro-batch x accumulation) is "
+        f"{' x '.join(map(str, saved))} = {global_batch}, this run's "
+        f"{' x '.join(map(str, now))} = {here}; {works}"
+    )

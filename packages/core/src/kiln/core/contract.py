@@ -19,6 +19,11 @@ The LightningModule defines the hooks and the Fabric loop calls them (the seed s
 - ``flops_batch(batch) -> batch`` (optional): the batch to count FLOPs on, when the step
   reads a value that does not change the FLOPs (HF's SDPA mask shortcut reads
   ``attention_mask.all()``: the HF wrappers count without the mask, the same matmuls).
+- ``set_activation_checkpointing(enabled: bool)`` (optional): switch the model's own
+  activation checkpointing on (before setup, with ``trainer.activation_checkpointing=true``)
+  and off (after the fit); raise ``ValueError`` naming the model if it cannot. Without it
+  the loop wraps each repeated block in torch's ``checkpoint_wrapper``
+  (``kiln.core.activation_checkpointing``).
 - ``validation_step(batch, batch_idx) -> dict[str, Tensor]``: per-sample values, each
   tensor with the batch as its first dimension (predictions and labels, or per-sample
   loss sums and token counts). The loop concatenates them over the validation set,

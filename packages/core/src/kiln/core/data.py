@@ -1,8 +1,19 @@
 """Data plumbing the loop owns: a training order that depends only on (seed, epoch), and
-validation outputs gathered across ranks in dataset order."""
+validation outputs gathered across ranks in dataset order.
+
+The order does not depend on the world size either. Each epoch's permutation is drawn from
+``(seed, epoch)`` alone and dealt round-robin (``DistributedSampler``: rank ``r`` takes
+positions ``r, r + W, ...``), so the window of ``A`` micro-batches of ``B`` samples that
+step ``k`` trains on ``W`` ranks holds positions ``[k·G, (k+1)·G)`` of the permutation, with
+``G = W·A·B`` the global batch: the same samples on any world size with the same global
+batch. That is what lets a run resume on another number of devices (``kiln.core.resume``).
+Only an epoch's tail can differ: the sampler pads each epoch to a multiple of ``W`` and
+``drop_last`` drops a short batch per rank (:func:`epoch_samples`).
+"""
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterator
 from itertools import islice
@@ -91,6 +102,25 @@ def training_loader(loader: DataLoader[Any], fabric: Fabric, seed: int) -> DataL
         # Worker seeds come from this generator, reseeded every epoch (see epoch_batches).
         generator=torch.Generator(),
     )
+
+
+def micro_batch_size(loader: DataLoader) -> int | None:
+    """The per-rank micro-batch size of a loader built by :func:`training_loader`, or
+    ``None`` for the user's own batch sampler (whose order kiln cannot vouch for)."""
+    batches = loader.batch_sampler.batches
+    if isinstance(batches, BatchSampler) and isinstance(batches.sampler, DistributedSampler):
+        return batches.batch_size
+    return None
+
+
+def epoch_samples(dataset_size: int, batch_size: int, world_size: int, drop_last: bool) -> int:
+    """Positions of the permutation one epoch trains on over all ranks: the sampler pads
+    the epoch to a multiple of the world size, and with ``drop_last`` each rank drops its
+    short last micro-batch. Two world sizes train the same epochs when this agrees."""
+    per_rank = math.ceil(dataset_size / world_size)
+    if drop_last:
+        per_rank = per_rank // batch_size * batch_size
+    return per_rank * world_size
 
 
 def epoch_batches(

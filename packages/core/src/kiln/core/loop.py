@@ -29,6 +29,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from kiln.core.activation_checkpointing import activation_checkpointing
 from kiln.core.cadence import Cadence
 from kiln.core.callbacks.base import Loop
 from kiln.core.checkpoint import restore_rng_state
@@ -42,12 +43,12 @@ from kiln.core.errors import (
     NonFiniteLossError,
 )
 from kiln.core.flops import flops_telemetry, peak_flops_per_s
+from kiln.core.memory import device_peak_memory_mb, state_bytes
 from kiln.core.resume import resume
 from kiln.core.setup import Context, setup
 from kiln.core.state import FitResult, RunState
 from kiln.core.step import train_step
 from kiln.core.stop import StopPoll, listening
-from kiln.core.telemetry import device_peak_memory_mb
 
 # the exceptions and the result are importable beside fit, the function that raises them
 __all__ = ["EmptyWindowError", "FitResult", "NonFiniteGradientError", "NonFiniteLossError", "fit"]
@@ -91,10 +92,10 @@ def fit(
     with (
         _deterministic_algorithms(trainer.deterministic),
         _result_on_error(run),
-        compile_scope(module, compile_config) as blocks,
+        _prepared(module, trainer, compile_config) as (checkpointed, blocks),
     ):
         ctx = setup(module, trainer, compile_config, loggers, callbacks, plugins, run_config)
-        ctx.watch.compiled_blocks = len(blocks)
+        ctx.watch.compiled_blocks, ctx.activation_checkpointing = len(blocks), checkpointed
         resume_rng = resume(ctx, run)
         cadence = Cadence(ctx, run)
         windows = train_windows(ctx, run, resume_rng)
@@ -174,6 +175,11 @@ def finish(ctx: Context, run: RunState) -> FitResult:
             peak_flops_per_s(fabric.device, trainer.precision),
         ),
         "peak_memory_mb": device_peak_memory_mb(fabric.device),
+        "start_memory_mb": ctx.start_memory_mb,  # peak - start: what the fit itself added
+        # this rank's share (its shard under FSDP); gradients as the first step held them
+        **state_bytes(ctx.module, ctx.optimizer),
+        "grad_bytes": run.grad_bytes,
+        "activation_checkpointing": ctx.activation_checkpointing,
         "skipped_steps": run.skipped_steps,
         # this attempt's whole fit: setup, compile, every step, validation, checkpoints
         "total_time_s": time.perf_counter() - run.started_at,
@@ -186,6 +192,20 @@ def finish(ctx: Context, run: RunState) -> FitResult:
         for logger in fabric.loggers:
             logger.finalize("success")
     return run.result(telemetry)
+
+
+@contextmanager
+def _prepared(
+    module: L.LightningModule, trainer: TrainerConfig, compile_config: CompileConfig
+) -> Iterator[tuple[str | None, list[Any]]]:
+    """The module as it trains, for the fit: torchtitan's order, activation checkpointing
+    then compile (sharding follows, in ``setup``). Yields how it was checkpointed and the
+    blocks compiled in place."""
+    with (
+        activation_checkpointing(module, trainer.activation_checkpointing) as checkpointed,
+        compile_scope(module, compile_config) as blocks,
+    ):
+        yield checkpointed, blocks
 
 
 @contextmanager

@@ -1,7 +1,15 @@
 """The resume stage of ``fit``: find and load the checkpoint to continue from, and make the
 checkpoint directory this run's (``rundir``). The loop then starts the epoch where the
 checkpointed run stood (``data.EpochBatches`` skips the consumed micro-batches at the
-sampler) and restores its random streams."""
+sampler) and restores its random streams.
+
+A checkpoint of ``W0`` ranks resumes on ``W`` ranks when the global batch stays the same
+(``trainer.accumulate_grad_batches`` is the user's to set: kiln checks it and names the value
+that works). Step ``k`` then trains on the same samples, and the weights follow the
+uninterrupted run up to float rounding, except for what each rank draws at random: the
+saved per-rank streams (dropout, augmentation) belong to the old world, so each rank
+starts a fresh one (``seed + W x step + rank``).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +19,10 @@ from typing import Any
 
 from kiln.core.checkpoint import checkpoint_candidates, load_checkpoint
 from kiln.core.checkpoint_sharded import check_same_layout
+from kiln.core.config import check_global_batch
+from kiln.core.data import dataset_size, epoch_samples, micro_batch_size
 from kiln.core.rundir import CheckpointDirError, DamagedCheckpointError, claim, new_run_id
+from kiln.core.seeding import seed_rank_streams
 from kiln.core.setup import Context
 from kiln.core.sharding import is_sharded
 from kiln.core.state import RunState
@@ -57,6 +68,9 @@ def _load(ctx: Context, run: RunState) -> dict[str, Any] | None:
             continue
         _check_world_size(ctx, path, rest)
         run.load(rest)
+        if rest.get("rng") is None:  # another world's streams: a fresh one per rank and step
+            world = ctx.fabric.world_size
+            seed_rank_streams(trainer.seed + world * run.global_step, ctx.fabric.global_rank)
         ctx.fabric.print(f"resumed from {path} at step {run.global_step}")
         return {**rest, "path": path}
     if candidates:  # every one was damaged: starting over would silently lose the run
@@ -69,13 +83,58 @@ def _load(ctx: Context, run: RunState) -> dict[str, Any] | None:
 
 
 def _check_world_size(ctx: Context, path: Path, rest: dict[str, Any]) -> None:
-    # each rank's data shard and RNG streams belong to the world size that wrote them
+    """Let a checkpoint of ``W0`` ranks continue on this run's ``W`` when the global batch
+    (devices x micro-batch x accumulation) is the same: step ``k`` then trains on the same
+    samples (``kiln.core.data``), and only where the run stands in the epoch is converted.
+    The user sets ``trainer.accumulate_grad_batches`` for the new world; another global
+    batch fails, naming both world sizes and the accumulation that keeps it."""
     saved, world = rest.get("world_size"), ctx.fabric.world_size
-    if saved is not None and saved != world:
+    if saved is None or saved == world:
+        return
+    batch = micro_batch_size(ctx.train_loader)
+    saved_accumulate, saved_batch = (
+        rest.get("accumulate_grad_batches"),
+        rest.get("micro_batch_size"),
+    )
+    where = f"checkpoint {path} was written by a run on {saved} processes, this run has {world}"
+    if batch is None:
         raise ValueError(
-            f"checkpoint {path} was written by a run on {saved} processes, this run has "
-            f"{world}: resume it with trainer.devices x num_nodes = {saved} (a run cannot "
-            "continue exactly on another world size)"
+            f"{where}: train_dataloader() uses its own batch_sampler, whose order kiln cannot "
+            f"keep on another world size; resume it with trainer.devices x num_nodes = {saved}"
+        )
+    if saved_accumulate is None or saved_batch is None:
+        raise ValueError(
+            f"{where}, and it does not record its global batch (an older kiln wrote it); "
+            f"resume it with trainer.devices x num_nodes = {saved}"
+        )
+    accumulate = ctx.trainer.accumulate_grad_batches
+    check_global_batch(where, (saved, saved_batch, saved_accumulate), (world, batch, accumulate))
+    # the epoch's positions trained so far, dealt to this world's ranks
+    rest["batch_in_epoch"] = rest["batch_in_epoch"] * saved * saved_batch // (world * batch)
+    _say_if_the_epoch_tails_differ(ctx, saved, saved_batch, world, batch)
+    ctx.fabric.print(
+        f"resuming a run of {saved} processes on {world}: accumulate_grad_batches "
+        f"{saved_accumulate} -> {accumulate}, the same global batch of {world * batch * accumulate}"
+    )
+
+
+def _say_if_the_epoch_tails_differ(
+    ctx: Context, saved: int, saved_batch: int, world: int, batch: int
+) -> None:
+    size = dataset_size(ctx.train_loader)
+    drop_last = ctx.train_loader.batch_sampler.batches.drop_last
+    if size is None:
+        return
+    before, now = (
+        epoch_samples(size, b, w, drop_last) for b, w in ((saved_batch, saved), (batch, world))
+    )
+    if before != now:
+        warnings.warn(
+            f"on {saved} processes an epoch trained {before} positions of its order, on {world} "
+            f"it trains {now} (the sampler pads each epoch to a multiple of the world size; "
+            "drop_last drops a short batch per rank): every full window is the same, the "
+            "last window of each epoch is not",
+            stacklevel=3,
         )
 
 

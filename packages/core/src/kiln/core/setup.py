@@ -24,6 +24,7 @@ from kiln.core.callbacks.base import CallbackStates, StepHooks
 from kiln.core.config import CompileConfig, TrainerConfig
 from kiln.core.data import training_loader
 from kiln.core.launch import check_world_size, launched_externally
+from kiln.core.memory import reset_peak_memory
 from kiln.core.optim import unpack_optimizers
 from kiln.core.precision import ExactDoublePrecision
 from kiln.core.rundir import check_writable
@@ -64,6 +65,8 @@ class Context:
     run_config: dict[str, Any] | None
     hooks: StepHooks  # fabric.call for the per-step hooks
     callback_states: CallbackStates = field(default_factory=lambda: CallbackStates([]))
+    activation_checkpointing: str | None = None  # how it was applied (None: off)
+    start_memory_mb: float | None = None  # held when the fit began (its peak counts from there)
 
     @property
     def objects(self) -> dict[str, Any]:
@@ -94,6 +97,7 @@ def setup(
     if trainer.checkpoint_dir is not None:
         check_writable(trainer.checkpoint_dir)  # now, not at the first save hours from now
     fabric.seed_everything(trainer.seed)
+    start_memory_mb = reset_peak_memory(fabric.device)  # the fit's own peak, not an earlier job's
 
     train_loader = training_loader(module.train_dataloader(), fabric, trainer.seed)
     val_loader = _val_loader(module, fabric)
@@ -132,6 +136,7 @@ def setup(
         run_config=run_config,
         hooks=StepHooks(fabric, [module, *(callbacks or [])]),
         callback_states=CallbackStates(callbacks or []),
+        start_memory_mb=start_memory_mb,
     )
 
 

@@ -43,6 +43,7 @@ class RunState:
     stop_signal: str | None = None  # a signal stopped it at a step boundary (never saved)
     run_id: str | None = None  # set by the resume stage: kept across restarts
     micro_batch_flops: int | None = None  # forward + backward FLOPs of one micro-batch
+    grad_bytes: int | None = None  # this rank's gradients, read at the first step (never saved)
     started_at: float = field(default_factory=time.perf_counter)  # fit's start (never saved)
 
     def state(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import torch
 from kiln.core.contract import default_count_items
 from kiln.core.errors import NonFiniteGradientError, check_window_total
 from kiln.core.flops import count_micro_batch_flops
+from kiln.core.memory import grad_bytes
 from kiln.core.precision import call_under_precision
 from kiln.core.setup import Context
 from kiln.core.state import RunState
@@ -45,6 +46,8 @@ def train_step(ctx: Context, run: RunState, window: list[Any]) -> StepOutput:
         run.micro_batch_flops = count_micro_batch_flops(ctx.module, window[0])
     ctx.timer.start()
     losses, counts, total, samples, last = train_window(ctx, window, run.batch_in_epoch, check)
+    if check:  # once: the gradients exist only between the backward and zero_grad
+        run.grad_bytes = grad_bytes(ctx.module)
     step = run.global_step + 1
     grad_norm, skipped, run.lr = optimizer_step(ctx, step, total)
     run.skipped_steps += skipped

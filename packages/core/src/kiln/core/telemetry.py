@@ -4,7 +4,7 @@
   and reads the times at the loop's sync points; its summary drops the warm-up steps
   (compilation, allocator and cache warm-up) and reports medians, not means, because the
   machines are shared and noisy.
-- :func:`device_peak_memory_mb` reads the device's high-water mark.
+- Peak memory and per-rank state bytes live in :mod:`kiln.core.memory`.
 - :class:`CompileWatch` reads torch's own compile metrics: how long dynamo, AOT autograd and
   inductor spent compiling (reported on its own, never mixed into step time), how often
   frames recompiled and why, and where graphs broke.
@@ -13,8 +13,6 @@
 from __future__ import annotations
 
 import math
-import resource
-import sys
 import time
 import warnings
 from typing import Any
@@ -182,24 +180,6 @@ class StepTimer:
         times = self._seconds[first:]
         stride = math.ceil(len(times) / limit) if len(times) > limit else 1
         return times[::stride]
-
-
-# -- memory -------------------------------------------------------------------------------
-
-
-def device_peak_memory_mb(device: torch.device) -> float:
-    """Peak memory of this process on ``device``, in MiB.
-
-    CUDA: the caching allocator's peak of allocated tensor memory on that device. Other
-    devices: the process's peak resident set size (which includes the Python runtime and
-    libraries, not only tensors).
-    """
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    # ru_maxrss is in KiB on Linux, in bytes on macOS
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
 # -- torch.compile ------------------------------------------------------------------------

@@ -135,6 +135,41 @@ class HFModule(KilnModule):
             self.model = auto.from_config(config, attn_implementation=attn_implementation)
         self.model.float()  # train in fp32 masters; Fabric's precision plugin casts
 
+    def set_activation_checkpointing(self, enabled: bool) -> None:
+        """kiln.core's hook (``trainer.activation_checkpointing``): the model's own
+        non-reentrant activation checkpointing, per layer.
+
+        Raises:
+            ValueError: The model does not support it (``supports_gradient_checkpointing``).
+        """
+        model = self.model
+        if not model.supports_gradient_checkpointing:
+            raise ValueError(
+                f"trainer.activation_checkpointing=true but {type(model).__name__} (HF "
+                f"model_type {model.config.model_type!r}) does not support activation "
+                "checkpointing (supports_gradient_checkpointing is False); use an "
+                "architecture that does (bert, gpt2, llama, ...) or set "
+                "trainer.activation_checkpointing=false"
+            )
+        # transformers 5 renamed gradient_checkpointing_* (the old names warn)
+        renamed = hasattr(model, "activation_checkpointing_enable")
+        if enabled and renamed:
+            model.activation_checkpointing_enable(
+                activation_checkpointing_kwargs={"use_reentrant": False}
+            )
+        elif enabled:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+        else:
+            (
+                model.activation_checkpointing_disable
+                if renamed
+                else model.gradient_checkpointing_disable
+            )()
+            if hasattr(model, "_require_grads_hook"):  # what enabling added for input_ids models
+                model.disable_input_require_grads()
+
     def _check_arguments(
         self, base: Any, head_kwargs: dict[str, Any], overrides: dict[str, Any]
     ) -> None:

@@ -110,6 +110,28 @@ class TimmClassifier(KilnModule):
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         return self.model(pixel_values)
 
+    def set_activation_checkpointing(self, enabled: bool) -> None:
+        """kiln.core's hook (``trainer.activation_checkpointing``): timm's own
+        ``set_grad_checkpointing`` (non-reentrant unless ``TIMM_REENTRANT_CKPT`` says so).
+
+        Raises:
+            ValueError: The architecture does not support it.
+        """
+        setter = getattr(self.model, "set_grad_checkpointing", None)
+        try:
+            if setter is None:
+                raise NotImplementedError("no set_grad_checkpointing")
+            setter(enabled)
+        except (AssertionError, NotImplementedError) as error:  # timm asserts where it cannot
+            if not enabled:
+                return
+            raise ValueError(
+                f"trainer.activation_checkpointing=true but timm model {self.arch!r} does not "
+                f"support gradient checkpointing ({error or 'set_grad_checkpointing refused'}); "
+                "use an architecture that does (resnet*, vit_*, convnext_*, ...) or set "
+                "trainer.activation_checkpointing=false"
+            ) from error
+
     def export(self, out_dir: str | Path) -> Path:
         """timm's own export: ``model.safetensors`` and a ``config.json`` holding the
         architecture, its ``create_model`` arguments (``model_args``: num_classes, in_chans,

@@ -17,31 +17,13 @@ meanwhile, so CPU figures are approximate; without ``/proc`` they are ``None``.
 
 from __future__ import annotations
 
-import ctypes
-import gc
-from collections.abc import Callable, Iterable
-from pathlib import Path
+from collections.abc import Callable
 
 import torch
 
+from kiln.core.memory import reset_cpu_peak, status_kb, tensor_bytes
+
 _MB = 2**20
-_STATUS = Path("/proc/self/status")
-_CLEAR_REFS = Path("/proc/self/clear_refs")
-
-
-def tensor_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
-    """Bytes held by ``tensors`` (``None`` entries and shared storages counted once)."""
-    seen: set[int] = set()
-    total = 0
-    for tensor in tensors:
-        if tensor is None:
-            continue
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() in seen:
-            continue
-        seen.add(storage.data_ptr())
-        total += storage.nbytes()
-    return total
 
 
 def persistent_bytes(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
@@ -51,29 +33,6 @@ def persistent_bytes(module: torch.nn.Module, optimizer: torch.optim.Optimizer) 
     for state in optimizer.state.values():
         tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
     return tensor_bytes(tensors)
-
-
-def _status_kb(field: str) -> int | None:
-    try:
-        for line in _STATUS.read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def _reset_cpu_peak() -> bool:
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)  # give freed heap pages back to the OS
-    except (OSError, AttributeError):
-        pass
-    try:
-        _CLEAR_REFS.write_text("5")  # "5" resets VmHWM to the current RSS (Linux >= 4.0)
-    except OSError:
-        return False
-    return True
 
 
 def step_peak_bytes(step: Callable[[], object], device: torch.device) -> int | None:
@@ -91,12 +50,12 @@ def step_peak_bytes(step: Callable[[], object], device: torch.device) -> int | N
         step()
         torch.cuda.synchronize(device)
         return max(torch.cuda.max_memory_allocated(device) - before, 0)
-    if not _reset_cpu_peak():
+    if not reset_cpu_peak():
         step()
         return None
-    before_kb = _status_kb("VmRSS")
+    before_kb = status_kb("VmRSS")
     step()
-    peak_kb = _status_kb("VmHWM")
+    peak_kb = status_kb("VmHWM")
     if before_kb is None or peak_kb is None:
         return None
     return max(peak_kb - before_kb, 0) * 1024

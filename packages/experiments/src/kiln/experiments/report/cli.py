@@ -52,6 +52,8 @@ _TRAIN_FIRST = [
     "compile_mode",
     "devices",
     "accumulate_grad_batches",
+    "strategy",
+    "activation_checkpointing",
     "status",
     "global_step",
     "train_loss",
@@ -69,6 +71,8 @@ _TRAIN_LAST = [
     "compile_time_s",
     "compile_cache",
     "peak_memory_mb",
+    "memory_rise_mb",
+    "state_mb",
     "recompiles",
     "graph_breaks",
     "speedup_vs_eager",
@@ -83,6 +87,14 @@ _TRAIN_LAST = [
     "scaling_noise",
     "scaling_verdict",
     "scaling_bootstrap",
+    "speedup_vs_ddp",
+    "strategy_ci_low",
+    "strategy_ci_high",
+    "strategy_noise",
+    "strategy_verdict",
+    "strategy_bootstrap",
+    "memory_vs_ddp",
+    "state_vs_ddp",
     "error",
 ]
 # in the CSV only: the printed tables fold them into the figure's cell
@@ -98,10 +110,15 @@ _CSV_ONLY = (
     "scaling_noise",
     "scaling_verdict",
     "scaling_bootstrap",
+    "strategy_ci_low",
+    "strategy_ci_high",
+    "strategy_noise",
+    "strategy_verdict",
+    "strategy_bootstrap",
 )
 
 
-_BOOTSTRAPS = ("speedup_bootstrap", "scaling_bootstrap")
+_BOOTSTRAPS = ("speedup_bootstrap", "scaling_bootstrap", "strategy_bootstrap")
 
 
 def build_report(

@@ -7,6 +7,12 @@ Besides each run's final metrics and telemetry it derives
 - ``scaling_efficiency``: throughput per device relative to the run with the fewest devices
   and otherwise the same resolved config (1.0 is perfect linear scaling). ``samples_per_s``
   is the global throughput of a run, over all its devices.
+- against the run with ``trainer.strategy=ddp`` (``auto`` on several devices) and no
+  activation checkpointing, otherwise the same resolved config (``sweep=strategy``):
+  ``speedup_vs_ddp`` (its step time / this run's: the throughput ratio, the global batch
+  being the same), ``memory_vs_ddp`` (what the fit added to memory, peak minus start, over
+  the base run's) and ``state_vs_ddp`` (per-rank parameter + gradient + optimizer-state
+  bytes over the base run's: exact counts, about 1/R under FSDP on R ranks).
 
 Each ratio also gets a ``*_verdict``: ``confounded: <reason>`` when the two runs' machines,
 calibrations or loads differ (:mod:`kiln.experiments.report.comparable`), ``unverified: no
@@ -66,14 +72,23 @@ _RATIOS = {
         "scaling_verdict",
         "scaling_bootstrap",
     ),
+    "speedup_vs_ddp": (
+        "strategy_ci_low",
+        "strategy_ci_high",
+        "strategy_noise",
+        "strategy_verdict",
+        "strategy_bootstrap",
+    ),
 }
 
 _COMPILE_KEYS = ("compile",)
 _DEVICE_KEYS = ("devices", "trainer.devices", "trainer.num_nodes", "trainer.strategy")
+_STRATEGY_KEYS = ("trainer.strategy", "trainer.activation_checkpointing", "trainer.fsdp")
 # what identifies a run in a record with neither a resolved config nor overrides
 _FIELDS = ("model", "precision", "compile_mode", "devices", "accumulate_grad_batches")
 _COMPILE_FIELDS = tuple(f for f in _FIELDS if f != "compile_mode")
 _DEVICE_FIELDS = tuple(f for f in _FIELDS if f != "devices")
+_STRATEGY_FIELDS = _FIELDS
 # (the launcher is a placement key, ignored everywhere: kiln.experiments.job.PLACEMENT_KEYS)
 
 
@@ -90,6 +105,29 @@ def _devices(record: dict[str, Any]) -> int:
     return int(record.get("devices") or 1) * int(record.get("num_nodes") or 1)
 
 
+def _strategy(record: dict[str, Any]) -> str | None:
+    """``ddp``, ``fsdp`` or ``single``: what ``trainer.strategy`` came to (``auto``: DDP on
+    several devices)."""
+    strategy = record.get("strategy")
+    if strategy in (None, "auto"):
+        return ("ddp" if _devices(record) > 1 else "single") if strategy else None
+    return str(strategy)
+
+
+def _state_mb(tel: dict[str, Any]) -> float | None:
+    parts = [tel.get(k) for k in ("param_bytes", "grad_bytes", "optimizer_state_bytes")]
+    if not all(isinstance(p, int | float) for p in parts):
+        return None
+    return sum(parts) / 2**20
+
+
+def _memory_rise_mb(tel: dict[str, Any]) -> float | None:
+    peak, start = tel.get("peak_memory_mb"), tel.get("start_memory_mb")
+    if not isinstance(peak, int | float):
+        return None
+    return peak - start if isinstance(start, int | float) else peak
+
+
 def _row(record: dict[str, Any]) -> dict[str, Any]:
     rec = TrainRecord.from_json(record)
     tel = rec.telemetry or {}
@@ -100,6 +138,8 @@ def _row(record: dict[str, Any]) -> dict[str, Any]:
         "compile_mode": rec.compile_mode,
         "devices": _devices(record),
         "accumulate_grad_batches": rec.accumulate_grad_batches,
+        "strategy": _strategy(record),
+        "activation_checkpointing": rec.activation_checkpointing,
         "status": rec.status,
         "global_step": rec.global_step,
         "train_loss": rec.train_loss,
@@ -119,11 +159,16 @@ def _row(record: dict[str, Any]) -> dict[str, Any]:
             "compile_time_s": tel.get("compile_time_s"),
             "compile_cache": tel.get("compile_cache"),
             "peak_memory_mb": tel.get("peak_memory_mb"),
+            "memory_rise_mb": _memory_rise_mb(tel),
+            "state_mb": _state_mb(tel),
             "recompiles": tel.get("recompiles"),
             "graph_breaks": tel.get("graph_breaks"),
             "measured_steps": tel.get("measured_steps"),
             "speedup_vs_eager": None,
             "scaling_efficiency": None,
+            "speedup_vs_ddp": None,
+            "memory_vs_ddp": None,
+            "state_vs_ddp": None,
             **{col: None for cols in _RATIOS.values() for col in cols},
             "error": rec.error,
         }
@@ -141,6 +186,7 @@ def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     same = [pair_key(rec, (), _FIELDS) for rec in records]  # repeats share it
     by_compile = [pair_key(rec, _COMPILE_KEYS, _COMPILE_FIELDS) for rec in records]
     by_devices = [pair_key(rec, _DEVICE_KEYS, _DEVICE_FIELDS) for rec in records]
+    _against_ddp(runs, [pair_key(rec, _STRATEGY_KEYS, _STRATEGY_FIELDS) for rec in records], same)
     for i, (rec, row) in enumerate(runs):
         own = [
             runs[j] for j in range(len(runs)) if same[j] == same[i] and runs[j][1]["step_time_ms"]
@@ -197,6 +243,34 @@ def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             r["run"],
         ),
     )
+
+
+def _is_ddp_base(row: dict[str, Any]) -> bool:
+    return row["strategy"] == "ddp" and not row["activation_checkpointing"]
+
+
+def _against_ddp(
+    runs: list[tuple[dict[str, Any], dict[str, Any]]], keys: list[tuple], same: list[tuple]
+) -> None:
+    """``speedup_vs_ddp``, ``memory_vs_ddp`` and ``state_vs_ddp`` of every run that has a
+    DDP run without activation checkpointing and otherwise the same config (the base: 1.0)."""
+    for i, (_, row) in enumerate(runs):
+        group = [runs[j] for j in range(len(runs)) if keys[j] == keys[i]]
+        base = [r for r in group if _is_ddp_base(r[1])]
+        if not base or len(group) == len(base):  # nothing to compare with
+            continue
+        own = [runs[j] for j in range(len(runs)) if same[j] == same[i]]
+        for column, field in (("memory_vs_ddp", "memory_rise_mb"), ("state_vs_ddp", "state_mb")):
+            mine, theirs = [r[field] for _, r in own], [r[field] for _, r in base]
+            if all(isinstance(v, int | float) and v > 0 for v in mine + theirs):
+                row[column] = _median(mine) / _median(theirs)
+        if _is_ddp_base(row) and row["step_time_ms"]:
+            row["speedup_vs_ddp"] = 1.0  # the base against itself, by definition
+        elif row["step_time_ms"] and all(r["step_time_ms"] for _, r in base):
+            figure = _median([r["step_time_ms"] for _, r in base]) / _median(
+                [r["step_time_ms"] for _, r in own]
+            )
+            _ratio(row, "speedup_vs_ddp", base, own, figure)
 
 
 def _median(values: list[float]) -> float:

@@ -62,6 +62,9 @@ class TrainRecord:
     devices: int = 1
     """Devices over all nodes."""
     accumulate_grad_batches: int | None = None
+    strategy: str | None = None
+    """``trainer.strategy`` as configured (``auto``, ``ddp``, ``fsdp``)."""
+    activation_checkpointing: bool = False
     seed: int | None = None
     # what fit returned
     init_weights_sha256: str | None = field(default=None, metadata=FROM_FIT)
@@ -91,6 +94,8 @@ class TrainRecord:
         "precision": "trainer.precision",
         "compile_mode": "compile.mode",
         "accumulate_grad_batches": "trainer.accumulate_grad_batches",
+        "strategy": "trainer.strategy",
+        "activation_checkpointing": "trainer.activation_checkpointing",
         "seed": "trainer.seed",
     }
     """The fields read from the job's config, by config key."""
@@ -120,6 +125,7 @@ class TrainRecord:
         return {
             **found,
             "model_tiny": bool(found["model_tiny"]),
+            "activation_checkpointing": bool(found["activation_checkpointing"]),
             "devices": (_lookup(cfg, "trainer.devices") or 1) * nodes,
         }
 

@@ -5,7 +5,8 @@ Every job checkpoints into ``<job dir>/checkpoints`` with ``trainer.resume=auto`
 docs/checkpoints.md). Before ``fit``, :func:`check_resume` reads the stored config of the
 checkpoint the job resumes from (the newest, or the one ``trainer.resume=<path>`` names) and
 refuses a change to what the run computes (:data:`FROZEN_KEYS`); ``max_steps``,
-``max_epochs``, logging, validation cadence and the logger may change.
+``max_epochs``, logging, validation cadence and the logger may change, and the number of
+devices with the accumulation when the global batch stays the same.
 ``<job dir>/attempts.json`` lists each attempt: when it started, from which step, how it
 ended (an attempt that left no end was killed: SIGKILL, out of memory, node failure;
 ``refused``: it failed before training, and left the job's record as it was).
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kiln.core.config import check_global_batch
 from kiln.experiments.job import TRAIN, write_job_json
 
 ATTEMPTS_FILE = "attempts.json"
@@ -29,14 +31,41 @@ FROZEN_KEYS = (
     "optimizer",
     "scheduler",
     "trainer.seed",
-    "trainer.accumulate_grad_batches",
-    "trainer.devices",
-    "trainer.num_nodes",
     "trainer.precision",
     "trainer.gradient_clip_norm",
 )
 """What a resumed job may not change: the checkpoint's weights, data order and optimizer
-state belong to these (a changed optimizer or scheduler is refused, never half-applied)."""
+state belong to these (a changed optimizer or scheduler is refused, never half-applied).
+``trainer.devices``, ``trainer.num_nodes`` and ``trainer.accumulate_grad_batches`` may change
+together when the global batch stays the same (:func:`global_batch_problem`)."""
+
+
+def _world(cfg: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(processes, micro-batch size, accumulation) of a config: its global batch's factors."""
+    devices, nodes = _select(cfg, "trainer.devices") or 1, _select(cfg, "trainer.num_nodes") or 1
+    return (
+        devices * nodes,
+        _select(cfg, "data.batch_size"),
+        _select(cfg, "trainer.accumulate_grad_batches"),
+    )
+
+
+WORLD_KEYS = ("trainer.devices", "trainer.num_nodes", "trainer.accumulate_grad_batches")
+
+
+def global_batch_problem(path: Path, saved: dict[str, Any], resolved: dict[str, Any]) -> str | None:
+    """Why the job cannot resume on its world size (processes x micro-batch x accumulation
+    is not the checkpoint's global batch), naming both and the accumulation that keeps it;
+    ``None`` when it can (kiln.core then resumes on the new world)."""
+    before, now = _world(saved), _world(resolved)
+    if before == now or not all(isinstance(v, int) for v in (*before, *now)):
+        return None
+    where = f"{path} was written by a run on {before[0]} processes, this job has {now[0]}"
+    try:
+        check_global_batch(where, before, now)
+    except ValueError as error:
+        return str(error)
+    return None
 
 
 class ResumeConfigError(ValueError):
@@ -52,6 +81,11 @@ def _flat(value: Any, prefix: str) -> dict[str, Any]:
     return {prefix: value}
 
 
+def _product(cfg: dict[str, Any]) -> Any:
+    factors = _world(cfg)
+    return None if None in factors else factors[0] * factors[1] * factors[2]
+
+
 def _select(cfg: dict[str, Any] | None, dotted: str) -> Any:
     for part in dotted.split("."):
         if not isinstance(cfg, dict):
@@ -61,9 +95,11 @@ def _select(cfg: dict[str, Any] | None, dotted: str) -> Any:
 
 
 def config_changes(saved: dict[str, Any], resolved: dict[str, Any]) -> list[str]:
-    """``"key: saved -> now"`` for every :data:`FROZEN_KEYS` value that differs."""
+    """``"key: saved -> now"`` for every :data:`FROZEN_KEYS` value that differs, and every
+    :data:`WORLD_KEYS` one when the global batch changes."""
     changes = []
-    for key in FROZEN_KEYS:
+    world = _world(saved) != _world(resolved) and _product(saved) != _product(resolved)
+    for key in FROZEN_KEYS + (WORLD_KEYS if world else ()):
         old, new = _flat(_select(saved, key), key), _flat(_select(resolved, key), key)
         for name in sorted(old.keys() | new.keys()):
             if old.get(name) != new.get(name):
@@ -133,13 +169,17 @@ def check_resume(resolved: dict[str, Any]) -> tuple[int, Path | None]:
         path, meta = found
     else:
         path, meta = Path(resume), explicit_checkpoint_meta(resume)
-    changes = config_changes(meta.get("config") or {}, resolved)
+    saved = meta.get("config") or {}
+    changes = config_changes(saved, resolved)
     if changes:
+        problem = global_batch_problem(path, saved, resolved)
         raise ResumeConfigError(
             f"this job resumes from {path}, which was trained with other values of keys a "
             f"resumed run cannot change: {'; '.join(changes)}. Re-run with the checkpoint's "
             "values, or train into a new directory (another hydra.run.dir / hydra.sweep.dir); "
-            "max_steps, max_epochs, logging, validation cadence and the logger may change"
+            "max_steps, max_epochs, logging, validation cadence and the logger may change, "
+            "and trainer.devices with trainer.accumulate_grad_batches when the global batch "
+            "stays the same" + (f" ({problem})" if problem else "")
         )
     return int(meta.get("global_step") or 0), path
 

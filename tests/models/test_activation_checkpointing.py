@@ -1,0 +1,138 @@
+"""``trainer.activation_checkpointing=true`` on kiln.models' wrappers goes through their own
+hook (``set_activation_checkpointing``): HF models use their non-reentrant activation
+checkpointing, timm models ``set_grad_checkpointing``. Every step's gradients equal those of
+the run without it (float64, <= 1e-12), on one process and on 2 gloo ranks; a model that
+cannot fails before training, naming it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_model
+from test_float64 import build, rows
+from torch.utils.data import DataLoader
+
+import kiln.models as km
+from kiln.core import TrainerConfig, fit, launch
+
+
+class Grads:
+    """Every step's gradients, by parameter name, before the optimizer step."""
+
+    def __init__(self, module) -> None:
+        self.module, self.steps = module, []
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        self.steps.append({n: local(p.grad) for n, p in self.module.named_parameters()})
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy of this rank's shard (FSDP's DTensor gradients), or of the tensor."""
+    to_local = getattr(tensor, "to_local", None)
+    return (to_local() if callable(to_local) else tensor).clone()
+
+
+def vit(data: list[dict]):
+    torch.manual_seed(0)
+    model = tiny_model("vit-tiny", num_classes=3)
+    model.train_dataloader = lambda: DataLoader(data, batch_size=2)
+    model.val_dataloader = lambda: None
+    return model
+
+
+def images(n: int) -> list[dict]:
+    g = torch.Generator().manual_seed(0)
+    return [
+        {"pixel_values": torch.randn(3, 32, 32, generator=g), "labels": torch.tensor(i % 3)}
+        for i in range(n)
+    ]
+
+
+def model_and_data(name: str):
+    if name == "vit-tiny":
+        return vit(images(16))
+    return build(name, rows(tiny_model(name), 16), 2)
+
+
+def train(name: str, checkpointing: bool, devices: int = 1, strategy: str = "auto") -> dict:
+    model = model_and_data(name)
+    grads = Grads(model)
+    cfg = TrainerConfig(
+        accelerator="cpu",
+        devices=devices,
+        precision="64-true",
+        max_steps=3,
+        accumulate_grad_batches=2,
+        progress=False,
+        count_flops=False,
+        activation_checkpointing=checkpointing,
+        strategy=strategy,
+    )
+    result = fit(model, cfg, callbacks=[grads])
+    return {"grads": grads.steps, "how": result.telemetry["activation_checkpointing"]}
+
+
+def train_all(devices: int, strategy: str) -> dict:
+    """Every model with and without checkpointing, in one launch on 2 ranks."""
+    return {
+        (name, on): train(name, on, devices, strategy)
+        for name in ("llama-tiny-lm", "vit-tiny")
+        for on in (False, True)
+    }
+
+
+def assert_same_grads(got: list[dict], want: list[dict]) -> None:
+    assert len(got) == len(want) == 3
+    for a, b in zip(got, want, strict=True):
+        assert a.keys() == b.keys()
+        for name in a:
+            torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("name", ["llama-tiny-lm", "bert-tiny-cls", "vit-tiny"])
+def test_the_models_own_checkpointing_gives_the_same_gradients(name: str) -> None:
+    plain, checkpointed = train(name, False), train(name, True)
+    assert_same_grads(checkpointed["grads"], plain["grads"])
+    wrapper = "TimmClassifier" if name == "vit-tiny" else type(model_and_data(name)).__name__
+    assert checkpointed["how"] == f"{wrapper}.set_activation_checkpointing"
+
+
+@pytest.mark.slow  # 2 ranks x 4 fits of HF and timm models; the plain module's is fast
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_the_models_own_checkpointing_gives_the_same_gradients_on_two_gloo_ranks(strategy):
+    ranks = launch(train_all, 2, 2, strategy)
+    for rank in ranks:
+        for name in ("llama-tiny-lm", "vit-tiny"):
+            assert_same_grads(rank[(name, True)]["grads"], rank[(name, False)]["grads"])
+
+
+def test_checkpointing_is_switched_off_after_the_fit() -> None:
+    hf, timm = model_and_data("llama-tiny-lm"), vit(images(4))
+    for model in (hf, timm):
+        fit(
+            model,
+            TrainerConfig(
+                accelerator="cpu", max_steps=1, progress=False, activation_checkpointing=True
+            ),
+        )
+    assert not hf.model.is_activation_checkpointing
+    assert not hasattr(hf.model, "_require_grads_hook")
+    assert not timm.model.grad_checkpointing
+
+
+def test_an_hf_model_without_support_fails_before_training_naming_it() -> None:
+    model = model_and_data("llama-tiny-lm")
+    model.model.supports_gradient_checkpointing = False  # as HF's unsupported classes say
+    model.training_step = lambda *a: pytest.fail("trained")
+    with pytest.raises(
+        ValueError,
+        match=r"LlamaForCausalLM \(HF model_type 'llama'\) does not "
+        r"support activation checkpointing",
+    ):
+        fit(model, TrainerConfig(accelerator="cpu", progress=False, activation_checkpointing=True))
+
+
+def test_a_timm_model_without_support_fails_before_training_naming_it() -> None:
+    model = km.create_model("timm", arch="dla34", num_classes=3)  # timm asserts
+    with pytest.raises(ValueError, match=r"timm model 'dla34' does not support gradient"):
+        fit(model, TrainerConfig(accelerator="cpu", progress=False, activation_checkpointing=True))

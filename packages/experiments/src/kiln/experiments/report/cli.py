@@ -4,6 +4,7 @@ Reads every job's ``bench.json`` (kiln-bench) and ``summary.json`` (kiln-train) 
 sweep directory and writes, next to them, ``report.md``, CSV tables and PNG plots, and
 prints the tables:
 
+- bench sweeps of PyTorch's suites: the seed's table form per suite (``bench_suites.csv``);
 - bench sweeps: per (compile mode, precision) the geometric-mean speedup over passing
   models, the pass rate over all models, mean compile time and memory ratio
   (``bench_summary.csv``), a row per model (``bench_models.csv``), ``speedup.png``;
@@ -24,9 +25,11 @@ from typing import Any
 
 from kiln.experiments.report.bench import (
     MODEL_COLUMNS,
+    SUITE_COLUMNS,
     SUMMARY_COLUMNS,
     model_rows,
     noisy_precisions,
+    suite_rows,
     summary_rows,
 )
 from kiln.experiments.report.load import load_sweep
@@ -136,6 +139,21 @@ def build_report(
         md += [f"- Bench method: {m}" for m in methods]
         rows = model_rows(sweep.bench)
         summary = summary_rows(rows)
+        suites = suite_rows(summary)
+        if suites:
+            tables["bench_suites"] = (SUITE_COLUMNS, suites)
+            files.append(write_csv(out / "bench_suites.csv", suites, SUITE_COLUMNS))
+            md += [
+                "",
+                "## PyTorch 2 suites (the seed's table form)",
+                "",
+                "Per suite and compile mode: geometric-mean speedup over the models that pass "
+                "the accuracy check and pass rate over all, in FP32 (32-true) and AMP; mean "
+                "compile time and geometric-mean memory ratio (compiled / eager) of the "
+                "passing models.",
+                "",
+                markdown_table(suites, SUITE_COLUMNS),
+            ]
         tables["bench_summary"] = (SUMMARY_COLUMNS, summary)
         tables["bench_models"] = (MODEL_COLUMNS, rows)
         files += [

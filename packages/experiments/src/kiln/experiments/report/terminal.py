@@ -31,7 +31,20 @@ COLUMNS = {
         "speedup_vs_eager",
         "scaling_efficiency",
     ],
+    "bench_suites": [
+        "suite",
+        "compile_mode",
+        "models",
+        "fp32_speedup",
+        "fp32_pass_rate",
+        "amp",
+        "amp_speedup",
+        "amp_pass_rate",
+        "fp32_compile_time_s",
+        "fp32_memory_ratio",
+    ],
     "bench_summary": [
+        "suite",
         "compile_mode",
         "precision",
         "passed",
@@ -44,6 +57,7 @@ COLUMNS = {
         "geomean_memory_ratio",
     ],
     "bench_models": [
+        "suite",
         "model",
         "compile_mode",
         "precision",
@@ -69,6 +83,14 @@ HEADERS = {
     "memory_ratio": "memory ratio",
     "compile_mode": "compile",
     "pass_rate": "pass rate",
+    "fp32_speedup": "FP32 speedup",
+    "fp32_pass_rate": "FP32 pass",
+    "amp_speedup": "AMP speedup",
+    "amp_pass_rate": "AMP pass",
+    "fp32_compile_time_s": "FP32 compile s",
+    "amp_compile_time_s": "AMP compile s",
+    "fp32_memory_ratio": "FP32 memory",
+    "amp_memory_ratio": "AMP memory",
 }
 """Shorter printed headers (the CSVs keep the column names)."""
 

@@ -283,7 +283,8 @@ def build_suite_module(
     suite, arch = str(model_cfg.get("suite", "hf")), str(model_cfg.get("arch", ""))
     suite_list(suite)
     size = resolve_size(str(model_cfg.get("size", "auto")), device)
-    batch = suite_batch_size(suite, arch) if size == "suite" else SMALL_BATCH
+    listed = suite_batch_size(suite, arch)  # also refuses a name that is not in the list
+    batch = listed if size == "suite" else SMALL_BATCH
     if suite == "hf":
         model, seq_len = build_hf(arch, size)
         return SuiteModule(

@@ -32,6 +32,7 @@ from kiln.experiments.report.bench import (
     suite_rows,
     summary_rows,
 )
+from kiln.experiments.report.compile_issues import COMPILE_ISSUE_COLUMNS, compile_issue_rows
 from kiln.experiments.report.load import load_sweep
 from kiln.experiments.report.render import (
     columns_of,
@@ -205,6 +206,20 @@ def build_report(
         if any(r.get("samples_per_s") for r in rows):
             plots.append(throughput_bars(rows, out / "throughput.png", "throughput"))
             md += ["", "![throughput](throughput.png)"]
+    issues = compile_issue_rows(records)
+    if issues:
+        tables["compile_issues"] = (COMPILE_ISSUE_COLUMNS, issues)
+        files.append(write_csv(out / "compile_issues.csv", issues, COMPILE_ISSUE_COLUMNS))
+        md += [
+            "",
+            "## Graph breaks and recompiles",
+            "",
+            "The jobs whose compiled code broke into several graphs or recompiled: the most "
+            "frequent graph break (dynamo's reason and the user source line) and the first "
+            "recompile (the function and the guard that failed).",
+            "",
+            markdown_table(issues, COMPILE_ISSUE_COLUMNS),
+        ]
     params = study_params(sweep.root, sweep.train) if sweep.train else []
     if params:
         files_, plots_, lines = study_section(sweep.train, params, out, tables)

@@ -1,0 +1,60 @@
+"""Compile diagnostics of kiln-bench: every graph break with its reason and user source line,
+recompile reasons, and kiln-report's list of the models that have them."""
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from kiln.core import CompileConfig
+from kiln.experiments.bench.harness import run_benchmark
+from kiln.experiments.report.cli import build_report
+
+
+class Branchy(nn.Module):
+    """A contract module whose loss takes a data-dependent branch (a graph break)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 2)
+
+    def training_step(self, batch, batch_idx):
+        loss = self.linear(batch).pow(2).mean()
+        if loss > 0:  # data-dependent control flow: dynamo breaks the graph here
+            loss = loss * 1.0
+        return {"loss": loss, "num_items": batch.shape[0]}
+
+    def configure_optimizers(self):
+        return {"optimizer": torch.optim.SGD(self.parameters(), lr=0.1)}
+
+
+BRANCH_LINE = Branchy.training_step.__code__.co_firstlineno + 2
+
+
+def test_a_graph_break_is_recorded_with_reason_and_line_and_listed_by_the_report(tmp_path):
+    result = run_benchmark(
+        Branchy(),
+        torch.randn(3, 4),
+        compile_cfg=CompileConfig(mode="default", backend="aot_eager"),
+        warmup=0,
+        repeats=2,
+        memory_steps=0,
+    )
+    assert result["status"] == "pass", result["reason"]
+    assert result["graph_breaks"] >= 1
+    top = result["graph_break_reasons"][0]
+    assert top.startswith("Data-dependent branching")
+    assert top.endswith(f"(at {Path(__file__).name}:{BRANCH_LINE})")
+    assert result["graph_break_sites"][0] == f"{__file__}:{BRANCH_LINE}"
+
+    job = tmp_path / "0"
+    job.mkdir()
+    record = {"kind": "bench", "model": "branchy", "job_name": "bench", **result}
+    (job / "bench.json").write_text(json.dumps(record))
+    report = build_report(tmp_path, show=False)
+    (row,) = report["tables"]["compile_issues"][1]
+    assert row["model"] == "branchy" and row["graph_breaks"] == result["graph_breaks"]
+    assert row["top_graph_break"] == top
+    assert "## Graph breaks and recompiles" in (tmp_path / "report.md").read_text()
+    assert (tmp_path / "compile_issues.csv").read_text().count("Data-dependent branching") >= 1

@@ -58,3 +58,38 @@ def test_a_graph_break_is_recorded_with_reason_and_line_and_listed_by_the_report
     assert row["top_graph_break"] == top
     assert "## Graph breaks and recompiles" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "compile_issues.csv").read_text().count("Data-dependent branching") >= 1
+
+
+def test_compile_trace_true_keeps_a_tlparse_report_in_the_job_dir_and_logs_it(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from kiln.experiments.bench.runner import run_bench_job
+    from kiln.experiments.bench.schema import register_configs
+    from kiln.experiments.config import config_dir
+    from kiln.experiments.job import JobInfo
+
+    register_configs()
+    overrides = [
+        "compile.backend=aot_eager",
+        "compile.trace=true",
+        "logger=wandb",
+        "bench.repeats=2",
+        "bench.warmup=0",
+        "bench.batch_size=2",
+        "bench.memory_steps=0",
+        f"paths.output_dir={tmp_path}",
+    ]
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        cfg = compose("bench", overrides=overrides)
+    job = JobInfo(output_dir=str(tmp_path), overrides=overrides, job_name="bench")
+    record = run_bench_job(cfg, job)
+    assert record["status"] == "pass", record["reason"]
+    trace = json.loads((tmp_path / "bench.json").read_text())["compile_trace"]
+    assert trace["error"] is None, trace
+    (log,) = trace["logs"]
+    assert Path(log).parent == tmp_path / "compile_trace" and Path(log).stat().st_size > 0
+    (index,) = trace["reports"]
+    assert index == str(tmp_path / "tlparse" / "index.html")
+    assert "compile" in Path(index).read_text().lower()
+    # the report is an artifact of the job's (offline) W&B run
+    assert trace["wandb_artifact"] == f"tlparse-{record['wandb']['run_id']}"

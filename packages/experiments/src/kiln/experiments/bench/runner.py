@@ -12,6 +12,7 @@ from kiln.experiments.bench.suite_lists import is_suite_model
 from kiln.experiments.build import build_module, model_label
 from kiln.experiments.job import BENCH, JobInfo
 from kiln.experiments.lifecycle import Lifecycle
+from kiln.experiments.trace import compile_trace, log_trace
 from kiln.experiments.tracking.summary import wandb_summary
 from kiln.experiments.tracking.tags import run_tags
 from kiln.experiments.tracking.tracker import Tracker
@@ -118,6 +119,10 @@ def run_bench_job(cfg: DictConfig, job: JobInfo) -> dict[str, Any]:
         )
         life.track(settings.logger, config=resolved, tags=tags)
         with life.measured(settings.trainer.accelerator, settings.trainer.precision):
-            life.record.update(measure(settings, resolved))
+            with compile_trace(settings.compile.trace, job.output_dir) as trace:
+                life.record.update(measure(settings, resolved))
         _log_pairs(life.tracker, life.record)
+        if trace:
+            trace["wandb_artifact"] = log_trace(life.tracker, job.output_dir)
+            life.record["compile_trace"] = trace
     return life.record

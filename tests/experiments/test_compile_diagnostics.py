@@ -4,6 +4,7 @@ recompile reasons, and kiln-report's list of the models that have them."""
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
@@ -93,3 +94,16 @@ def test_compile_trace_true_keeps_a_tlparse_report_in_the_job_dir_and_logs_it(tm
     assert "compile" in Path(index).read_text().lower()
     # the report is an artifact of the job's (offline) W&B run
     assert trace["wandb_artifact"] == f"tlparse-{record['wandb']['run_id']}"
+
+
+@pytest.mark.slow
+def test_kiln_train_compile_trace_true_keeps_a_tlparse_report(tmp_path):
+    from train_helpers import FAST, job_dirs, run_train
+
+    proc = run_train([*FAST, "compile=default", "compile.trace=true", "logger=csv"], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (job,) = job_dirs(tmp_path)
+    trace = json.loads((job / "summary.json").read_text())["compile_trace"]
+    assert trace["error"] is None, trace
+    assert trace["reports"] == [str(job / "tlparse" / "index.html")]
+    assert (job / "tlparse" / "index.html").is_file()

@@ -230,7 +230,7 @@ def _recompile_reason(record: Any) -> str:
         record.recompile_reason
         or _logged_guard_failure(record.co_name, record.co_filename, record.co_firstlineno)
         or "guard failure not recorded"
-    )
+    ).split("\nUser stack trace:")[0]  # the guard and its source line; the stack is long
     text = f"{where}: " + "; ".join(line.strip() for line in failure.splitlines() if line.strip())
     limit = 2 * _MAX_REASON_CHARS
     return text if len(text) <= limit else text[: limit - 3] + "..."

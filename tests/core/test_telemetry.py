@@ -142,6 +142,7 @@ def test_graph_breaks_are_counted_with_reasons():
         "graph_breaks": 0,
         "unique_graphs": 0,
         "graph_break_reasons": [],
+        "graph_break_sites": [],
         "recompile_reasons": [],
         "compiled_blocks": 0,
         "compile_cache": None,  # nothing compiled: no on-disk cache was asked
@@ -150,6 +151,29 @@ def test_graph_breaks_are_counted_with_reasons():
         "aot_autograd_cache_hits": 0,
         "aot_autograd_cache_misses": 0,
     }
+
+
+def test_every_graph_break_has_its_reason_and_user_source_line(capfd):
+    """A data-dependent branch breaks the graph too; dynamo's ``graph_break`` counter misses
+    it (``graph_break_reasons`` read ``[]``): the watch reads dynamo's graph-break log."""
+    watch = CompileWatch(threshold=8)
+    watch.start()
+
+    def branchy(x):
+        y = x * 2
+        if y.sum() > 0:  # data-dependent control flow: a graph break
+            y = y + 1
+        return y.sin().sum()
+
+    line = branchy.__code__.co_firstlineno + 2
+    torch.compile(branchy, backend="eager")(torch.ones(3))
+    snapshot = watch.snapshot()
+    assert snapshot["graph_breaks"] == 1
+    (reason,) = snapshot["graph_break_reasons"]
+    assert reason.startswith("Data-dependent branching")
+    assert reason.endswith(f"(at {Path(__file__).name}:{line})")
+    assert snapshot["graph_break_sites"] == [f"{__file__}:{line}"]
+    assert "Graph break in user code" not in capfd.readouterr().err  # recorded, not printed
 
 
 def test_compile_time_is_read_from_torch_records_and_survives_their_rotation(monkeypatch):

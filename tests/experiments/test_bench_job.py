@@ -112,6 +112,6 @@ def test_tiny_bench_sweep_end_to_end(tmp_path):
     assert (sweep_dir / "speedup.png").is_file()
     summary = (sweep_dir / "bench_summary.csv").read_text().splitlines()
     assert len(summary) == 3 and summary[0].startswith(
-        "compile_mode,precision,control,machine,models"
+        "suite,compile_mode,precision,control,machine,models"
     )
     assert list((sweep_dir / "report" / "wandb").glob("offline-run-*"))

@@ -113,7 +113,7 @@ def test_report_writes_markdown_csv_and_plot(sweep, capsys):
     md = (sweep / "report.md").read_text()
     assert "cpu (0 GPU, 2 CPU cores), torch 2.x" in md  # the machine in the header
     assert "Bench method: interleaved" in md
-    assert "| default | 32-true | no | - | 4 | 2 | 50% | 1.000 | 1 | 1 |" in md
+    assert "| - | default | 32-true | no | - | 4 | 2 | 50% | 1.000 | 1 | 1 |" in md
     printed = capsys.readouterr().out
     assert "bench_summary" in printed and "50%" in printed
 

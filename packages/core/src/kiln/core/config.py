@@ -54,6 +54,10 @@ class CompileConfig:
     """Compile each repeated block (the children of an ``nn.ModuleList`` of one class:
     transformer layers, timm blocks) in place instead of the whole module: identical blocks
     share one graph, so compile time does not grow with depth."""
+    trace: bool = False
+    """Record torch's structured compile trace (``TORCH_TRACE``: what ``tlparse`` reads) of the
+    job in its job dir; kiln-train and kiln-bench turn it into a tlparse report there and log
+    it to W&B."""
     cache_dir: str | None = None
     """Keep inductor's FX graph and AOTAutograd caches here (switched on for the fit), so
     the jobs of a sweep and re-runs compile each graph once; ``None`` leaves torch's

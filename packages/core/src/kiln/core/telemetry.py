@@ -12,9 +12,13 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 import time
 import warnings
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -202,10 +206,70 @@ def _short(reason: str) -> str:
 def _recompile_reason(record: Any) -> str:
     """``"<function> (<file>:<line>): <guard failure>"`` of one recompile, on one line."""
     where = f"{record.co_name or '?'} ({record.co_filename or '?'}:{record.co_firstlineno})"
-    failure = str(record.recompile_reason or "guard failure not recorded")
+    failure = str(
+        record.recompile_reason
+        or _logged_guard_failure(record.co_name, record.co_filename, record.co_firstlineno)
+        or "guard failure not recorded"
+    ).split("\nUser stack trace:")[0]  # the guard and its source line; the stack is long
     text = f"{where}: " + "; ".join(line.strip() for line in failure.splitlines() if line.strip())
     limit = 2 * _MAX_REASON_CHARS
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _logged_guard_failure(name: str | None, filename: str | None, line: int | None) -> str:
+    """Dynamo's latest logged guard failure of a function (a record without its reason)."""
+    for code, failures in dynamo_utils.guard_failures.items():
+        if failures and (code.co_name, code.co_filename, code.co_firstlineno) == (
+            name,
+            filename,
+            line,
+        ):
+            return str(failures[-1]).split("\nUser stack trace:")[0]
+    return ""
+
+
+_GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
+"""Dynamo's ``graph_breaks`` log artifact (``TORCH_LOGS=graph_breaks`` prints it): one
+message per graph break with the user source line and the reason."""
+_BREAK_MESSAGE = re.compile(
+    r"in user code at (?P<site>.+?:\d+)\nGraph Break Reason: (?P<why>.*)", re.S
+)
+
+
+class _GraphBreakLog(logging.Handler):
+    """Keeps dynamo's graph-break messages as (user source line, short reason) counts.
+
+    dynamo's ``graph_break`` counter misses some breaks (data-dependent branching is
+    counted as ``unimplemented``) and names no source line; its log has every break.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.breaks: Counter[tuple[str, str]] = Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        match = _BREAK_MESSAGE.search(record.getMessage())
+        if match is None:
+            return
+        lines = [line for line in match["why"].splitlines() if line.strip()]
+        if lines and lines[0].startswith("Encountered graph break when attempting"):
+            lines = lines[1:]  # the generic preamble; the next line names the break
+        self.breaks[(match["site"], _short("\n".join(lines) or match["why"]))] += 1
+
+
+def _graph_break_log() -> _GraphBreakLog:
+    """The process's :class:`_GraphBreakLog`, attached to dynamo's log on first use."""
+    logger = logging.getLogger(_GRAPH_BREAK_LOGGER)
+    for handler in logger.handlers:
+        if isinstance(handler, _GraphBreakLog):
+            return handler
+    if not logger.isEnabledFor(logging.DEBUG):
+        # Nobody asked torch to print graph breaks (TORCH_LOGS): record them, print nothing.
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+    handler = _GraphBreakLog()
+    logger.addHandler(handler)
+    return handler
 
 
 class CompileWatch:
@@ -241,6 +305,7 @@ class CompileWatch:
         depend on what was compiled before it in the process. On-disk caches are kept.
         """
         torch._dynamo.reset()  # else a second run reuses the first one's graphs, uncounted
+        _graph_break_log().breaks.clear()
         dynamo_utils.counters.clear()
         dynamo_utils.guard_failures.clear()
         dynamo_utils.clear_compilation_metrics()
@@ -306,22 +371,34 @@ class CompileWatch:
         Returns:
             ``compile_time_s`` (seconds torch spent compiling: dynamo tracing, AOT autograd,
             inductor, lazy backward compiles, runtime autotuning), ``recompiles``,
-            ``graph_breaks`` (graph breaks hit while compiling, counted per compile),
-            ``unique_graphs``, ``graph_break_reasons`` (up to five, shortened),
+            ``graph_breaks`` (graph breaks dynamo logged while compiling, per compile),
+            ``unique_graphs``, ``graph_break_reasons`` (the five most frequent, shortened,
+            each ending with its user source line ``(at file.py:123)``),
+            ``graph_break_sites`` (their ``path:line``),
             ``recompile_reasons`` (the first five recompiles: the function and dynamo's
             guard failure, i.e. what changed),
             ``compiled_blocks`` (regional compile) and which on-disk caches hit
             (``compile_cache``: cold, warm or partial; see ``kiln.core.compile.cache_figures``).
         """
         self._collect()
-        breaks = dynamo_utils.counters["graph_break"]
-        reasons = [_short(r) for r, _ in breaks.most_common(_MAX_REASONS)]
+        logged = _graph_break_log().breaks.most_common()
+        counted = dynamo_utils.counters["graph_break"]  # a fallback if the log's form changes
+        if logged:
+            count = sum(n for _, n in logged)
+            top = logged[:_MAX_REASONS]
+            reasons = [f"{why} (at {Path(site).name})" for (site, why), _ in top]
+            sites = [site for (site, _), _ in top]
+        else:
+            count = int(sum(counted.values()))
+            reasons = [_short(r) for r, _ in counted.most_common(_MAX_REASONS)]
+            sites = []
         return {
             "compile_time_s": self._compile_seconds,
             "recompiles": len(self._recompiled),
-            "graph_breaks": int(sum(breaks.values())),
+            "graph_breaks": count,
             "unique_graphs": int(dynamo_utils.counters["stats"]["unique_graphs"]),
             "graph_break_reasons": reasons,
+            "graph_break_sites": sites,
             "recompile_reasons": list(self._recompile_reasons),
             "compiled_blocks": self.compiled_blocks,
             **cache_figures(dynamo_utils.counters),

@@ -39,7 +39,7 @@ def fmt(value: Any, column: str = "") -> str:
     if isinstance(value, float):
         if column.endswith("rel_err"):
             return f"{value:.1e}"
-        if column == "pass_rate":
+        if column.endswith("pass_rate"):
             return f"{value:.0%}"
         if "speedup" in column or "ratio" in column or "efficiency" in column:
             return f"{value:.3f}"

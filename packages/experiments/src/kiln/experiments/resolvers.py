@@ -9,6 +9,10 @@
 ``${kiln_direction:${optimized_metric.mode}}`` is Optuna's direction for a mode (``min`` ->
 ``minimize``, ``max`` -> ``maximize``): a study's ``hydra.sweeper.direction`` follows the
 metric it says it optimizes (``configs/hparams_search``).
+
+``${kiln_pt2_models:hf}`` (or ``:timm``) is the names of PyTorch's benchmark list for that
+suite as one Hydra sweep value (:func:`kiln.experiments.bench.suite_lists.sweep_values`): the
+``pt2_hf``/``pt2_timm`` sweep presets sweep ``model.arch`` over it, so the list lives in one file.
 """
 
 from __future__ import annotations
@@ -65,3 +69,7 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("kiln_if_cuda", if_cuda)
     if not OmegaConf.has_resolver("kiln_direction"):
         OmegaConf.register_new_resolver("kiln_direction", study_direction)
+    if not OmegaConf.has_resolver("kiln_pt2_models"):
+        from kiln.experiments.bench.suite_lists import sweep_values
+
+        OmegaConf.register_new_resolver("kiln_pt2_models", sweep_values)

@@ -8,24 +8,35 @@ from omegaconf import DictConfig, OmegaConf
 
 from kiln.experiments.bench.fields import SUMMARY_KEYS
 from kiln.experiments.bench.schema import BenchConfig
+from kiln.experiments.bench.suite_lists import is_suite_model
 from kiln.experiments.build import build_module, model_label
 from kiln.experiments.job import BENCH, JobInfo
 from kiln.experiments.lifecycle import Lifecycle
+from kiln.experiments.trace import compile_trace, log_trace
 from kiln.experiments.tracking.summary import wandb_summary
 from kiln.experiments.tracking.tags import run_tags
 from kiln.experiments.tracking.tracker import Tracker
 
 
-def measure(settings: BenchConfig) -> dict[str, Any]:
+def measure(settings: BenchConfig, resolved: dict[str, Any]) -> dict[str, Any]:
     """Build the model and its fixed batch, then run the harness; never raises."""
     from kiln.experiments.bench.harness import run_benchmark
 
+    described: dict[str, Any] = {}
     try:
-        module = build_module(settings)  # a BenchConfig has no data: one fixed batch
-        batch = module.example_batch(settings.bench.batch_size)
+        module = _build(settings, resolved)
+        batch_size = settings.bench.batch_size or getattr(module, "default_batch_size", None)
+        if batch_size is None:
+            raise ValueError(
+                f"bench.batch_size=null but model {model_label(resolved['model'])} has no "
+                "batch size of its own (only model=pt2 suite models do); set bench.batch_size=N"
+            )
+        described = {"batch_size": batch_size, **getattr(module, "describe", dict)()}
+        batch = module.example_batch(batch_size)
     except Exception as exc:  # a model that cannot be built is a row, not a crashed sweep
-        return {"status": "error", "reason": f"build model: {type(exc).__name__}: {exc}"}
-    return run_benchmark(
+        reason = f"build model: {type(exc).__name__}: {exc}"
+        return {**described, "status": "error", "reason": reason}
+    return described | run_benchmark(
         module,
         batch,
         precision=settings.trainer.precision,
@@ -37,6 +48,22 @@ def measure(settings: BenchConfig) -> dict[str, Any]:
         tolerance=settings.bench.tolerance,
         seed=settings.trainer.seed,
         cold_compile=settings.bench.cold_compile,
+    )
+
+
+def _build(settings: BenchConfig, resolved: dict[str, Any]) -> Any:
+    """The module to benchmark: a PyTorch suite model (``model=pt2``) or a registered one."""
+    if not is_suite_model(resolved["model"]):
+        return build_module(settings)  # a BenchConfig has no data: one fixed batch
+    from kiln.experiments.bench.harness import resolve_device
+    from kiln.experiments.bench.suites import build_suite_module
+    from kiln.models import OptimizerConfig, SchedulerConfig
+
+    return build_suite_module(
+        resolved["model"],
+        resolve_device(settings.trainer.accelerator),
+        OptimizerConfig(**resolved["optimizer"]),
+        SchedulerConfig(**resolved["scheduler"]),
     )
 
 
@@ -78,6 +105,7 @@ def run_bench_job(cfg: DictConfig, job: JobInfo) -> dict[str, Any]:
         "precision": settings.trainer.precision,
         "compile_mode": settings.compile.mode,
         "batch_size": settings.bench.batch_size,
+        "suite": resolved["model"].get("suite") if is_suite_model(resolved["model"]) else None,
         "repeats": settings.bench.repeats,
         "config": resolved,
     }
@@ -91,6 +119,10 @@ def run_bench_job(cfg: DictConfig, job: JobInfo) -> dict[str, Any]:
         )
         life.track(settings.logger, config=resolved, tags=tags)
         with life.measured(settings.trainer.accelerator, settings.trainer.precision):
-            life.record.update(measure(settings))
+            with compile_trace(settings.compile.trace, job.output_dir) as trace:
+                life.record.update(measure(settings, resolved))
         _log_pairs(life.tracker, life.record)
+        if trace:
+            trace["wandb_artifact"] = log_trace(life.tracker, job.output_dir)
+            life.record["compile_trace"] = trace
     return life.record

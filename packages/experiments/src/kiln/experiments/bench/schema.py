@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 
+from kiln.experiments.resolvers import register_resolvers
 from kiln.experiments.schema import JobConfig
 
 
@@ -14,8 +15,9 @@ from kiln.experiments.schema import JobConfig
 class BenchSettings:
     """How a benchmark measures (the ``bench`` node of ``configs/bench.yaml``)."""
 
-    batch_size: int = 8
-    """Samples in the fixed batch (``module.example_batch(batch_size)``)."""
+    batch_size: int | None = 8
+    """Samples in the fixed batch (``module.example_batch(batch_size)``); ``None``: the
+    model's own (a PyTorch suite model's list batch size, see ``sweep=pt2_hf``)."""
     warmup: int = 3
     """Steps of each variant after the first (compiling) one, before timing."""
     repeats: int = 20
@@ -30,7 +32,7 @@ class BenchSettings:
 
     def __post_init__(self) -> None:
         for name, value, low in (
-            ("batch_size", self.batch_size, 1),
+            *([("batch_size", self.batch_size, 1)] if self.batch_size is not None else []),
             ("warmup", self.warmup, 0),
             ("repeats", self.repeats, 1),
             ("memory_steps", self.memory_steps, 0),
@@ -62,5 +64,7 @@ class BenchConfig(JobConfig):
 
 
 def register_configs() -> None:
-    """Register ``bench_schema`` (the typed base of ``configs/bench.yaml``)."""
+    """Register ``bench_schema`` (the typed base of ``configs/bench.yaml``) and kiln's
+    resolvers (``${kiln_pt2_models:hf}`` in the suite sweeps)."""
+    register_resolvers()
     ConfigStore.instance().store(name="bench_schema", node=BenchConfig)

@@ -7,6 +7,10 @@ over the models that *pass*
 the accuracy check, the pass rate over *all* models, how many passing models are
 significantly faster or slower (their bootstrap 95% interval excludes 1.0), the mean compile
 time and the geometric-mean memory ratio (compiled / eager) over the passing models.
+
+Records of PyTorch's suites (``sweep=pt2_hf``/``pt2_timm``) carry their ``suite``: the
+summary groups by it too, and :func:`suite_rows` pivots the summary into the seed's table
+form, one row per suite and compile mode with FP32 and AMP side by side.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from kiln.experiments.bench.fields import MEMORY_KEYS, SPEEDUP_KEYS
 from kiln.experiments.bench.stats import geomean
 
 MODEL_COLUMNS = [
+    "suite",
     "model",
     "compile_mode",
     "precision",
@@ -36,6 +41,7 @@ MODEL_COLUMNS = [
     "reason",
 ]
 SUMMARY_COLUMNS = [
+    "suite",
     "compile_mode",
     "precision",
     "control",
@@ -65,6 +71,7 @@ def model_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         eager, compiled = rec.get("eager_median_s"), rec.get("compiled_median_s")
         rows.append(
             {
+                "suite": rec.get("suite"),
                 "model": rec.get("model", "?"),
                 "compile_mode": rec.get("compile_mode", "?"),
                 "precision": rec.get("precision", "?"),
@@ -86,7 +93,13 @@ def model_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return sorted(
-        rows, key=lambda r: (str(r["compile_mode"]), str(r["precision"]), str(r["model"]))
+        rows,
+        key=lambda r: (
+            str(r["suite"] or ""),
+            str(r["compile_mode"]),
+            str(r["precision"]),
+            str(r["model"]),
+        ),
     )
 
 
@@ -105,24 +118,26 @@ def noisy_precisions(rows: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Aggregate :func:`model_rows` per (compile mode, precision).
+    """Aggregate :func:`model_rows` per (suite, compile mode, precision).
 
     ``geomean_speedup`` and ``geomean_memory_ratio`` are over passing models only (as in
     PyTorch's harness), ``pass_rate`` over all models of the group; a group where nothing
     passed has ``None`` for the means.
     """
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        groups[(str(row["compile_mode"]), str(row["precision"]))].append(row)
+        key = (str(row["suite"] or ""), str(row["compile_mode"]), str(row["precision"]))
+        groups[key].append(row)
     noisy = noisy_precisions(rows)
     out = []
-    for (mode, precision), members in sorted(groups.items()):
+    for (suite, mode, precision), members in sorted(groups.items()):
         passed = [r for r in members if r["status"] == "pass"]
         compile_times = [
             r["compile_time_s"] for r in passed if isinstance(r["compile_time_s"], int | float)
         ]
         out.append(
             {
+                "suite": suite or None,
                 "compile_mode": mode,
                 "precision": precision,
                 "control": mode == "none",
@@ -145,4 +160,57 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "recompiles": sum(int(r["recompiles"] or 0) for r in members),
             }
         )
+    return out
+
+
+AMP_PRECISIONS = ("16-mixed", "bf16-mixed")
+"""The precisions the seed's table calls AMP (fp16 AMP on a GPU; bf16 AMP on the CPU)."""
+SUITE_COLUMNS = [
+    "suite",
+    "compile_mode",
+    "models",
+    "fp32_speedup",
+    "fp32_pass_rate",
+    "amp",
+    "amp_speedup",
+    "amp_pass_rate",
+    "fp32_compile_time_s",
+    "amp_compile_time_s",
+    "fp32_memory_ratio",
+    "amp_memory_ratio",
+]
+"""The seed's table form: per suite and compile mode, FP32 and AMP side by side."""
+
+
+def suite_rows(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The seed's table form of :func:`summary_rows`, for the rows that have a suite.
+
+    One row per (suite, compile mode, AMP precision): geometric-mean speedup over passing
+    models and pass rate at ``32-true`` (FP32) and at the AMP precision, mean compile time and
+    geometric-mean memory ratio of each (``None`` where that precision did not run). A sweep
+    that ran both ``16-mixed`` and ``bf16-mixed`` gets a row for each.
+    """
+    by_key = {(r["suite"], r["compile_mode"], r["precision"]): r for r in summary if r["suite"]}
+    out = []
+    for suite, mode in sorted({(s, m) for s, m, _ in by_key}):
+        fp32 = by_key.get((suite, mode, "32-true")) or {}
+        amps = [p for p in AMP_PRECISIONS if (suite, mode, p) in by_key] or [None]
+        for amp_precision in amps:
+            amp = by_key.get((suite, mode, amp_precision)) or {}
+            out.append(
+                {
+                    "suite": suite,
+                    "compile_mode": mode,
+                    "models": max(fp32.get("models", 0), amp.get("models", 0)),
+                    "fp32_speedup": fp32.get("geomean_speedup"),
+                    "fp32_pass_rate": fp32.get("pass_rate"),
+                    "amp": amp_precision,
+                    "amp_speedup": amp.get("geomean_speedup"),
+                    "amp_pass_rate": amp.get("pass_rate"),
+                    "fp32_compile_time_s": fp32.get("mean_compile_time_s"),
+                    "amp_compile_time_s": amp.get("mean_compile_time_s"),
+                    "fp32_memory_ratio": fp32.get("geomean_memory_ratio"),
+                    "amp_memory_ratio": amp.get("geomean_memory_ratio"),
+                }
+            )
     return out

@@ -4,6 +4,7 @@ Reads every job's ``bench.json`` (kiln-bench) and ``summary.json`` (kiln-train) 
 sweep directory and writes, next to them, ``report.md``, CSV tables and PNG plots, and
 prints the tables:
 
+- bench sweeps of PyTorch's suites: the seed's table form per suite (``bench_suites.csv``);
 - bench sweeps: per (compile mode, precision) the geometric-mean speedup over passing
   models, the pass rate over all models, mean compile time and memory ratio
   (``bench_summary.csv``), a row per model (``bench_models.csv``), ``speedup.png``;
@@ -24,11 +25,14 @@ from typing import Any
 
 from kiln.experiments.report.bench import (
     MODEL_COLUMNS,
+    SUITE_COLUMNS,
     SUMMARY_COLUMNS,
     model_rows,
     noisy_precisions,
+    suite_rows,
     summary_rows,
 )
+from kiln.experiments.report.compile_issues import COMPILE_ISSUE_COLUMNS, compile_issue_rows
 from kiln.experiments.report.load import load_sweep
 from kiln.experiments.report.render import (
     columns_of,
@@ -173,6 +177,20 @@ def build_report(
         if any(r.get("samples_per_s") for r in rows):
             plots.append(throughput_bars(rows, out / "throughput.png", "throughput"))
             md += ["", "![throughput](throughput.png)"]
+    issues = compile_issue_rows(records)
+    if issues:
+        tables["compile_issues"] = (COMPILE_ISSUE_COLUMNS, issues)
+        files.append(write_csv(out / "compile_issues.csv", issues, COMPILE_ISSUE_COLUMNS))
+        md += [
+            "",
+            "## Graph breaks and recompiles",
+            "",
+            "The jobs whose compiled code broke into several graphs or recompiled: the most "
+            "frequent graph break (dynamo's reason and the user source line) and the first "
+            "recompile (the function and the guard that failed).",
+            "",
+            markdown_table(issues, COMPILE_ISSUE_COLUMNS),
+        ]
     params = study_params(sweep.root, sweep.train) if sweep.train else []
     if params:
         files_, plots_, lines = study_section(sweep.train, params, out, tables)
@@ -202,16 +220,32 @@ def bench_section(
     methods = sorted({str(r["method"]) for r in records if r.get("method")})
     rows = model_rows(records)
     summary = summary_rows(rows)
+    files: list[Path] = []
+    lines = [f"- Bench method: {m}" for m in methods]
+    suites = suite_rows(summary)
+    if suites:
+        tables["bench_suites"] = (SUITE_COLUMNS, suites)
+        files.append(write_csv(out / "bench_suites.csv", suites, SUITE_COLUMNS))
+        lines += [
+            "",
+            "## PyTorch 2 suites (the seed's table form)",
+            "",
+            "Per suite and compile mode: geometric-mean speedup over the models that pass "
+            "the accuracy check and pass rate over all, in FP32 (32-true) and AMP; mean "
+            "compile time and geometric-mean memory ratio (compiled / eager) of the "
+            "passing models.",
+            "",
+            markdown_table(suites, SUITE_COLUMNS),
+        ]
     tables["bench_summary"] = (SUMMARY_COLUMNS, summary)
     tables["bench_models"] = (MODEL_COLUMNS, rows)
-    files = [
+    files += [
         write_csv(out / "bench_summary.csv", summary, SUMMARY_COLUMNS),
         write_csv(out / "bench_models.csv", rows, MODEL_COLUMNS),
     ]
     noisy = list(noisy_precisions(rows))
     title = "torch.compile training speedup"
     plots = [speedup_bars(rows, out / "speedup.png", title, noisy=noisy)]
-    lines = [f"- Bench method: {m}" for m in methods]
     lines += [
         "",
         "## torch.compile speedup per compile mode and precision",

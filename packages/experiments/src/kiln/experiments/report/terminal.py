@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from kiln.experiments.console import fmt
-from kiln.experiments.report.bench import SUMMARY_COLUMNS
+from kiln.experiments.report.bench import SUITE_COLUMNS, SUMMARY_COLUMNS
+from kiln.experiments.report.compile_issues import COMPILE_ISSUE_COLUMNS
 from kiln.experiments.report.labels import differing_labels
 from kiln.experiments.report.render import print_rows
 
@@ -32,11 +33,19 @@ COLUMNS = {
         "speedup_vs_eager",
         "scaling_efficiency",
     ],
+    # the seed's table without the compile times and memory ratios of AMP
+    "bench_suites": [
+        c for c in SUITE_COLUMNS if c not in ("amp_compile_time_s", "amp_memory_ratio")
+    ],
+    "compile_issues": [
+        c for c in COMPILE_ISSUE_COLUMNS if c not in ("graph_break_reasons", "recompile_reasons")
+    ],
     # the summary's figures; the CSV alone keeps the machine and the graph counts
     "bench_summary": [
         c for c in SUMMARY_COLUMNS if c not in ("control", "machine", "graph_breaks", "recompiles")
     ],
     "bench_models": [
+        "suite",
         "model",
         "compile_mode",
         "precision",
@@ -62,6 +71,17 @@ HEADERS = {
     "memory_ratio": "memory ratio",
     "compile_mode": "compile",
     "pass_rate": "pass rate",
+    "graph_breaks": "breaks",
+    "top_graph_break": "top graph break",
+    "top_recompile": "top recompile",
+    "fp32_speedup": "FP32 speedup",
+    "fp32_pass_rate": "FP32 pass",
+    "amp_speedup": "AMP speedup",
+    "amp_pass_rate": "AMP pass",
+    "fp32_compile_time_s": "FP32 compile s",
+    "amp_compile_time_s": "AMP compile s",
+    "fp32_memory_ratio": "FP32 memory",
+    "amp_memory_ratio": "AMP memory",
 }
 """Shorter printed headers (the CSVs keep the column names)."""
 

@@ -153,6 +153,17 @@ class Tracker:
         if self.run is not None:
             self.run.summary.update(_flatten(values))
 
+    def log_folder(self, path: str | Path, name: str, kind: str) -> None:
+        """Log the folder ``path`` to the W&B run as an artifact ``name`` of type ``kind``
+        (a compile trace's tlparse report); nothing without a run or an existing folder."""
+        if self.run is None or not Path(path).is_dir():
+            return
+        import wandb
+
+        artifact = wandb.Artifact(name, type=kind)
+        artifact.add_dir(str(path))
+        self.run.log_artifact(artifact)
+
     def finish(self, status: str = "ok", error: str | None = None) -> None:
         """Finish the run once; ``status="failed"`` marks it failed with ``error`` as reason."""
         if self.finished:

@@ -78,6 +78,8 @@ class TrainRecord:
     telemetry: dict[str, Any] = field(default_factory=dict, metadata=FROM_FIT)
     history: list[dict[str, Any]] = field(default_factory=list, metadata=FROM_FIT)
     checkpoint: str | None = field(default=None, metadata=FROM_FIT)
+    compile_trace: dict[str, Any] | None = None
+    """With ``compile.trace=true``: where torch's trace and the tlparse report are kept."""
     # where and how it ran
     machine: dict[str, Any] | None = None
     wandb: dict[str, Any] | None = None

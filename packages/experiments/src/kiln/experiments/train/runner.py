@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from kiln.experiments.job import TRAIN, JobInfo
 from kiln.experiments.lifecycle import Lifecycle, Requeued, Terminated
 from kiln.experiments.stages import stage
+from kiln.experiments.trace import compile_trace, log_trace
 from kiln.experiments.tracking.summary import wandb_summary
 from kiln.experiments.tracking.tags import run_tags
 from kiln.experiments.train import preflight
@@ -222,7 +223,11 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             if life.tracker is not None and checkpoint is not None:
                 job_resume.backfill(life.loggers, checkpoint, life.tracker.logged_through)
             with life.measured(trainer.accelerator, trainer.precision):
-                result = train(settings, resolved, life.loggers, module)
+                with compile_trace(settings.compile.trace, job.output_dir) as trace:
+                    result = train(settings, resolved, life.loggers, module)
+            if trace:
+                trace["wandb_artifact"] = log_trace(life.tracker, job.output_dir)
+                life.record["compile_trace"] = trace
             life.record.update(TrainRecord.fit_values(result))
             if result.get("stop_reason") == "signal":
                 end_after_signal(result["stop_signal"], life.record)

@@ -357,11 +357,16 @@ def shrink_hf_config(name: str, config: Any) -> Any:
             config.max_position_embeddings = max(SMALL_HF["seq_len"] * 4, 128)
         except NotImplementedError:  # XLNet: no position limit, and its config says so
             pass
+    _clamp_special_tokens(config)
+    return config
+
+
+def _clamp_special_tokens(config: Any) -> None:
+    """Special token ids of the full vocabulary moved inside the small one."""
     for token in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
         value = getattr(config, token, None)
         if isinstance(value, int) and value >= SMALL_HF["vocab"]:
             setattr(config, token, SMALL_HF["vocab"] - 1)
-    return config
 
 
 def build_hf(name: str, size: str) -> tuple[nn.Module, int]:

@@ -134,8 +134,6 @@ def build_report(
         ``{"files": [paths written], "tables": {name: (columns, rows)}, "plots": [pngs],
         "records": [all job records]}``.
     """
-    from kiln.experiments.report.plots import loss_plot, ratio_plots, throughput_bars
-
     sweep = load_sweep(sweep_dir)
     out = Path(out_dir) if out_dir is not None else sweep.root
     out.mkdir(parents=True, exist_ok=True)
@@ -151,46 +149,10 @@ def build_report(
         files_, plots_, lines = bench_section(sweep.bench, out, tables)
         files, plots, md = files + files_, plots + plots_, md + lines
     if sweep.train:
-        md += [f"- Training method: {TRAIN_METHOD}"]  # once: the section does not repeat it
-        rows = train_rows(sweep.train)
-        metric_cols = [c for c in columns_of(rows) if c not in _TRAIN_FIRST + _TRAIN_LAST]
-        columns = _TRAIN_FIRST + metric_cols + _TRAIN_LAST
-        tables["train_runs"] = (columns, rows)
-        files.append(write_csv(out / "train_runs.csv", rows, columns))
-        shown_columns = [c for c in columns if c not in _CSV_ONLY]
-        shown["train_runs"] = (shown_columns, noise_marked(rows))
-        boots = sorted({str(r[c]) for r in rows for c in _BOOTSTRAPS if r.get(c)})
-        said = f"Intervals bootstrapped {'; '.join(boots)}." if boots else ""
-        md += [
-            "",
-            "## Training runs",
-            "",
-            *([said, ""] if said else []),
-            markdown_table(noise_marked(rows), shown_columns),
-        ]
-        if loss_curves(sweep.train):
-            plots.append(loss_plot(sweep.train, out / "loss.png", "training loss"))
-            md += ["", "![loss](loss.png)"]
-        for png in ratio_plots(rows, out):
-            plots.append(png)
-            md += ["", f"![{png.stem}]({png.name})"]
-        if any(r.get("samples_per_s") for r in rows):
-            plots.append(throughput_bars(rows, out / "throughput.png", "throughput"))
-            md += ["", "![throughput](throughput.png)"]
-    issues = compile_issue_rows(records)
-    if issues:
-        tables["compile_issues"] = (COMPILE_ISSUE_COLUMNS, issues)
-        files.append(write_csv(out / "compile_issues.csv", issues, COMPILE_ISSUE_COLUMNS))
-        md += [
-            "",
-            "## Graph breaks and recompiles",
-            "",
-            "The jobs whose compiled code broke into several graphs or recompiled: the most "
-            "frequent graph break (dynamo's reason and the user source line) and the first "
-            "recompile (the function and the guard that failed).",
-            "",
-            markdown_table(issues, COMPILE_ISSUE_COLUMNS),
-        ]
+        files_, plots_, lines = train_section(sweep.train, out, tables, shown)
+        files, plots, md = files + files_, plots + plots_, md + lines
+    files_, lines = compile_issues_section(records, out, tables)
+    files, md = files + files_, md + lines
     params = study_params(sweep.root, sweep.train) if sweep.train else []
     if params:
         files_, plots_, lines = study_section(sweep.train, params, out, tables)
@@ -207,6 +169,47 @@ def build_report(
         print_tables({**tables, **shown}, ", ".join(f.name for f in files if f.suffix != ".png"))
         print(f"wrote into {out}: {', '.join(f.name for f in files)}")
     return {"files": files, "tables": tables, "plots": plots, "records": records}
+
+
+def train_section(
+    records: list[dict[str, Any]],
+    out: Path,
+    tables: dict,
+    shown: dict,
+) -> tuple[list[Path], list[Path], list[str]]:
+    """The training runs (``train_runs.csv``, the noise-marked table printed instead), loss
+    curves, ratio and throughput plots; returns the files, the plots and the report's lines."""
+    from kiln.experiments.report.plots import loss_plot, ratio_plots, throughput_bars
+
+    files: list[Path] = []
+    plots: list[Path] = []
+    lines = [f"- Training method: {TRAIN_METHOD}"]  # once: the section does not repeat it
+    rows = train_rows(records)
+    metric_cols = [c for c in columns_of(rows) if c not in _TRAIN_FIRST + _TRAIN_LAST]
+    columns = _TRAIN_FIRST + metric_cols + _TRAIN_LAST
+    tables["train_runs"] = (columns, rows)
+    files.append(write_csv(out / "train_runs.csv", rows, columns))
+    shown_columns = [c for c in columns if c not in _CSV_ONLY]
+    shown["train_runs"] = (shown_columns, noise_marked(rows))
+    boots = sorted({str(r[c]) for r in rows for c in _BOOTSTRAPS if r.get(c)})
+    said = f"Intervals bootstrapped {'; '.join(boots)}." if boots else ""
+    lines += [
+        "",
+        "## Training runs",
+        "",
+        *([said, ""] if said else []),
+        markdown_table(noise_marked(rows), shown_columns),
+    ]
+    if loss_curves(records):
+        plots.append(loss_plot(records, out / "loss.png", "training loss"))
+        lines += ["", "![loss](loss.png)"]
+    for png in ratio_plots(rows, out):
+        plots.append(png)
+        lines += ["", f"![{png.stem}]({png.name})"]
+    if any(r.get("samples_per_s") for r in rows):
+        plots.append(throughput_bars(rows, out / "throughput.png", "throughput"))
+        lines += ["", "![throughput](throughput.png)"]
+    return files, plots, lines
 
 
 def bench_section(
@@ -262,6 +265,28 @@ def bench_section(
         "![speedup](speedup.png)",
     ]
     return files, plots, lines
+
+
+def compile_issues_section(
+    records: list[dict[str, Any]], out: Path, tables: dict
+) -> tuple[list[Path], list[str]]:
+    """The jobs with graph breaks or recompiles and their top reasons
+    (``compile_issues.csv``); returns the files and the report's lines (none without any)."""
+    issues = compile_issue_rows(records)
+    if not issues:
+        return [], []
+    tables["compile_issues"] = (COMPILE_ISSUE_COLUMNS, issues)
+    files = [write_csv(out / "compile_issues.csv", issues, COMPILE_ISSUE_COLUMNS)]
+    return files, [
+        "",
+        "## Graph breaks and recompiles",
+        "",
+        "The jobs whose compiled code broke into several graphs or recompiled: the most "
+        "frequent graph break (dynamo's reason and the user source line) and the first "
+        "recompile (the function and the guard that failed).",
+        "",
+        markdown_table(issues, COMPILE_ISSUE_COLUMNS),
+    ]
 
 
 def study_section(

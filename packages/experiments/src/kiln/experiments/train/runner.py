@@ -210,27 +210,41 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             if not in_process(trainer):
                 module = None  # the workers build their own
         with stage("train"):
-            record = TrainRecord.from_json(life.record)
-            tags = run_tags(
-                record.model or "?",
-                trainer.precision,
-                settings.compile.mode,
-                tiny=record.model_tiny,
-                devices=record.devices,
-                extra=settings.tags,
-            )
-            life.track(settings.logger, config=resolved, tags=tags, resume=True)
-            if life.tracker is not None and checkpoint is not None:
-                job_resume.backfill(life.loggers, checkpoint, life.tracker.logged_through)
-            with life.measured(trainer.accelerator, trainer.precision):
-                with compile_trace(settings.compile.trace, job.output_dir) as trace:
-                    result = train(settings, resolved, life.loggers, module)
-            if trace:
-                trace["wandb_artifact"] = log_trace(life.tracker, job.output_dir)
-                life.record["compile_trace"] = trace
-            life.record.update(TrainRecord.fit_values(result))
-            if result.get("stop_reason") == "signal":
-                end_after_signal(result["stop_signal"], life.record)
-            else:
-                life.record["status"] = "ok"
+            _train(life, job, settings, resolved, checkpoint, module)
     return life.record
+
+
+def _train(
+    life: Lifecycle,
+    job: JobInfo,
+    settings: TrainConfig,
+    resolved: dict[str, Any],
+    checkpoint: Any,
+    module: Any,
+) -> None:
+    """The train stage: the W&B run (resumed, backfilled), the fit (traced with
+    ``compile.trace``), and its results into the record."""
+    trainer = settings.trainer
+    record = TrainRecord.from_json(life.record)
+    tags = run_tags(
+        record.model or "?",
+        trainer.precision,
+        settings.compile.mode,
+        tiny=record.model_tiny,
+        devices=record.devices,
+        extra=settings.tags,
+    )
+    life.track(settings.logger, config=resolved, tags=tags, resume=True)
+    if life.tracker is not None and checkpoint is not None:
+        job_resume.backfill(life.loggers, checkpoint, life.tracker.logged_through)
+    with life.measured(trainer.accelerator, trainer.precision):
+        with compile_trace(settings.compile.trace, job.output_dir) as trace:
+            result = train(settings, resolved, life.loggers, module)
+    if trace:
+        trace["wandb_artifact"] = log_trace(life.tracker, job.output_dir)
+        life.record["compile_trace"] = trace
+    life.record.update(TrainRecord.fit_values(result))
+    if result.get("stop_reason") == "signal":
+        end_after_signal(result["stop_signal"], life.record)
+    else:
+        life.record["status"] = "ok"

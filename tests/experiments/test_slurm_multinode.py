@@ -1,0 +1,236 @@
+"""kiln-train across two SLURM nodes: ``scripts/slurm_local.sh`` (``--nodes 2``, the default)
+runs node0 and node1, one slurmd each in its own network namespace on a private bridge.
+
+A job of ``trainer.num_nodes=2`` is one SLURM job whose ranks rendezvous at the first node's
+address and train one gloo process group across the two namespaces. Its results are compared
+with one node holding all the devices: float64 (``precision=64-true``) and the same global
+batch, so the two must agree bit for bit. Skipped on a cluster of fewer than two nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from slurm_helpers import end, start_sweep, task_logs, task_results, wait_for_step
+from train_helpers import explain, job_dirs, run_train, summary
+
+from kiln.experiments.tracking import wandb_files
+
+ROOT = Path(__file__).resolve().parents[2]
+SLURM_LOCAL = ROOT / "scripts" / "slurm_local.sh"
+
+
+def _cluster_nodes() -> list[str]:
+    try:
+        out = subprocess.run(
+            ["sinfo", "-h", "-N", "-p", "debug", "-o", "%N"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return sorted(set(out.split()))
+
+
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.skipif(
+        len(_cluster_nodes()) < 2,
+        reason="needs a SLURM cluster of 2 nodes: sudo scripts/slurm_local.sh --nodes 2",
+    ),
+]
+
+STEPS = 12
+# the same job on any launcher: float64, a few steps, a loss logged at every step
+JOB = [
+    "trainer.accelerator=cpu",
+    "debug=fast",
+    f"trainer.max_steps={STEPS}",
+    "compile=none",
+    "precision=64-true",
+    "trainer.log_every_n_steps=1",
+    "trainer.checkpoint_every_n_steps=1000",  # only the last step (and a stop) checkpoints
+]
+TWO_NODES = ["launcher=slurm", "hydra.launcher.partition=debug", "trainer.num_nodes=2"]
+
+
+def final_weights(record: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The model tensors of the job's last checkpoint."""
+    return torch.load(record["checkpoint"], map_location="cpu", weights_only=False)["model"]
+
+
+def assert_same_weights(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+    assert got.keys() == expected.keys()
+    for name in expected:
+        assert got[name].dtype == torch.float64, name
+        assert torch.equal(got[name], expected[name]), name
+
+
+def two_node_job(log_dir: Path, devices: int) -> tuple[Path, dict[str, Any], float]:
+    """``kiln-train -m launcher=slurm trainer.num_nodes=2 trainer.devices=<devices>``: its one
+    job's directory and record, and how long the sweep took."""
+    started = time.perf_counter()
+    proc = run_train(["-m", *TWO_NODES, *JOB, f"trainer.devices={devices}"], log_dir, timeout=1500)
+    elapsed = time.perf_counter() - started
+    assert proc.returncode == 0, explain(proc)
+    dirs = job_dirs(log_dir)
+    assert len(dirs) == 1, dirs
+    return dirs[0], summary(dirs[0]), elapsed
+
+
+def one_node_job(log_dir: Path, devices: int) -> dict[str, Any]:
+    """The same job on this machine alone: one node, ``devices`` local worker processes."""
+    proc = run_train([*JOB, f"trainer.devices={devices}"], log_dir, timeout=1500)
+    assert proc.returncode == 0, explain(proc)
+    return summary(job_dirs(log_dir)[0])
+
+
+@pytest.fixture(scope="module")
+def two_nodes_one_task_each(tmp_path_factory) -> tuple[Path, dict[str, Any]]:
+    """One uninterrupted 2-node job of one rank per node (the reference of the preemption)."""
+    job_dir, record, elapsed = two_node_job(tmp_path_factory.mktemp("two-nodes"), devices=1)
+    print(f"2-node SLURM job (2 ranks, {STEPS} steps): {elapsed:.0f}s")
+    return job_dir, record
+
+
+def check_two_node_job(job_dir: Path, record: dict[str, Any], devices: int) -> None:
+    """One job of ``2 x devices`` ranks on node0 and node1, one record and one W&B run."""
+    ranks = 2 * devices
+    assert record["status"] == "ok", record["error"]
+    assert (record["devices"], record["global_step"]) == (ranks, STEPS)
+    # every rank on its node (submitit's environment line), all in one process group
+    logs = task_logs(job_dir)
+    assert sorted(logs) == list(range(ranks)), logs.keys()
+    for rank, log in logs.items():
+        node = rank // devices
+        assert f"hostname=node{node}, " in log, log[-3000:]
+        assert f"node={node}(2), global_rank={rank}({ranks})" in log, log[-3000:]
+        assert f"GLOBAL_RANK: {rank}, MEMBER: {rank + 1}/{ranks}" in log, log[-3000:]
+    assert task_results(job_dir) == ["success"] * ranks
+    # the record names both nodes; rank 0 (the writer) ran on the first
+    machine = record["machine"]
+    assert machine["slurm_nodes"] == ["node0", "node1"], machine
+    assert machine["hostname"] == "node0"
+    assert record["attempts"][0]["nodes"] == ["node0", "node1"]
+    # one W&B run, one summary.json, written by rank 0 only
+    runs = sorted((job_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1, runs
+    assert f"devices:{ranks}" in wandb_files.read_run(runs[0])["tags"]
+    assert sorted(p.name for p in job_dir.parent.glob("*/summary.json")) == ["summary.json"]
+
+
+def test_a_two_node_job_trains_as_one_node_with_both_devices(two_nodes_one_task_each, tmp_path):
+    job_dir, record = two_nodes_one_task_each
+    check_two_node_job(job_dir, record, devices=1)
+    one = one_node_job(tmp_path, devices=2)
+    assert record["history"] == one["history"]  # every step's loss, lr and gradient norm
+    assert_same_weights(final_weights(record), final_weights(one))
+
+
+def test_two_nodes_of_two_ranks_train_as_one_node_with_four_devices(tmp_path):
+    job_dir, record, elapsed = two_node_job(tmp_path / "two", devices=2)
+    print(f"2-node SLURM job (4 ranks, {STEPS} steps): {elapsed:.0f}s")
+    check_two_node_job(job_dir, record, devices=2)
+    one = one_node_job(tmp_path / "one", devices=4)
+    assert record["history"] == one["history"]
+    assert_same_weights(final_weights(record), final_weights(one))
+
+
+def test_usr2_stops_both_nodes_at_one_step_and_the_requeued_job_resumes_exactly(
+    two_nodes_one_task_each, tmp_path
+):
+    """``scancel --signal=USR2`` of the 2-node job mid-run: both ranks stop at the same step
+    with a checkpoint, submitit requeues the job, which resumes on both nodes into the same
+    job directory and W&B run and ends as the uninterrupted 2-node job does, bit for bit."""
+    started = time.perf_counter()
+    sweep, sweep_dir = start_sweep(tmp_path, [*TWO_NODES[2:], *JOB, "trainer.devices=1"])
+    job_id = wait_for_step(sweep, sweep_dir, 2)
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=60)
+    end(sweep, timeout=1500)
+    print(f"2-node job preempted once and resumed: {time.perf_counter() - started:.0f}s")
+    assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
+    job_dir = sweep_dir / "0"
+    record = summary(job_dir)
+    assert record["status"] == "ok" and record["global_step"] == STEPS, record["error"]
+    first, second = record["attempts"]
+    assert first["ended"] == "requeued", record["attempts"]
+    assert 2 <= first["at_step"] == second["from_step"] < STEPS, record["attempts"]
+    assert second["ended"] == "ok"
+    assert first["nodes"] == second["nodes"] == ["node0", "node1"]
+    assert first["slurm_job_id"] == second["slurm_job_id"] == job_id
+    # both ranks (one per node) took the signal and stopped at that step, with its checkpoint
+    logs = task_logs(job_dir)
+    for rank in (0, 1):
+        assert "SIGUSR2: stopping at the next step boundary" in logs[rank], logs[rank][-3000:]
+    assert (job_dir / "checkpoints" / f"step-{first['at_step']:08d}.ckpt").is_file()
+    # one W&B run over both attempts, each step's row once
+    run_id = (job_dir / "wandb_run_id").read_text().strip()
+    files = sorted((job_dir / "wandb").glob("*run-*-*/*.wandb"))
+    assert len(files) == 2 and {wandb_files.read_run(f)["id"] for f in files} == {run_id}
+    rows = [r for f in files for r in wandb_files.read_history(f) if "train/loss" in r]
+    assert sorted(r["trainer/global_step"] for r in rows) == list(range(1, STEPS + 1))
+    # the uninterrupted 2-node job: the same losses at every step and the same weights
+    _, plain = two_nodes_one_task_each
+    assert record["history"] == plain["history"]
+    assert record["metrics"] == plain["metrics"]
+    assert_same_weights(final_weights(record), final_weights(plain))
+
+
+def _fail_node(node: str) -> None:
+    """What a node failure does to a job: node<i>'s slurmd stops and its tasks die."""
+    pidfile = Path(f"/run/slurm/slurmd-{node}.pid")
+    os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    pids = subprocess.run(
+        ["ip", "netns", "pids", f"kiln-{node}"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_node_that_fails_mid_run_ends_the_job_with_a_record_and_a_rerun_resumes(
+    two_nodes_one_task_each, tmp_path
+):
+    """node1 fails (its slurmd and tasks killed) mid-run: the job ends, its record says the
+    attempt failed and on which nodes it ran, the error names the lost peer; once the node is
+    back, the same sweep re-run resumes from the last checkpoint and ends as an uninterrupted
+    job does."""
+    args = [*TWO_NODES[2:], *JOB, "trainer.devices=1", "trainer.checkpoint_every_n_steps=2"]
+    sweep, sweep_dir = start_sweep(tmp_path, args)
+    wait_for_step(sweep, sweep_dir, 5)  # checkpoints at steps 2 and 4 are written
+    try:
+        _fail_node("node1")
+        end(sweep, timeout=600)
+        output = (tmp_path / "sweep.log").read_text()
+        job_dir = sweep_dir / "0"
+        record = summary(job_dir)
+        assert record["status"] != "ok", output[-6000:]
+        (attempt,) = record["attempts"]
+        assert attempt["ended"] in ("failed", "killed"), record["attempts"]
+        assert attempt["nodes"] == ["node0", "node1"]
+        assert "node1" in (record.get("error") or ""), record.get("error")
+        last = max(int(p.stem.split("-")[1]) for p in (job_dir / "checkpoints").glob("*.ckpt"))
+        assert last >= 4
+    finally:  # node1 back (its namespace is still there): slurmd restarts, the node resumes
+        subprocess.run([str(SLURM_LOCAL)], check=True, timeout=300)
+    rerun = start_sweep(tmp_path, args)[0]
+    end(rerun, timeout=1500)
+    assert rerun.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
+    record = summary(job_dir)
+    assert record["status"] == "ok" and record["global_step"] == STEPS, record["error"]
+    failed, resumed = record["attempts"]
+    assert failed["ended"] == attempt["ended"]
+    assert resumed["from_step"] == last and resumed["ended"] == "ok", record["attempts"]
+    _, plain = two_nodes_one_task_each
+    assert record["history"] == plain["history"]
+    assert_same_weights(final_weights(record), final_weights(plain))

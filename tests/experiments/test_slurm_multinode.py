@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 from slurm_helpers import end, start_sweep, task_logs, task_results, wait_for_step
-from train_helpers import explain, job_dirs, run_train, summary
+from train_helpers import explain, job_dirs, run_train, summary, user_env
 
 from kiln.experiments.tracking import wandb_files
 
@@ -211,6 +212,18 @@ def _wait_for_record(sweep: subprocess.Popen, job_dir: Path, status: str) -> dic
         time.sleep(0.5)
 
 
+def _wait_for_job(sweep: subprocess.Popen, job_id: str, text: str) -> str:
+    deadline = time.monotonic() + 300
+    while True:
+        assert sweep.poll() is None and time.monotonic() < deadline, f"job {job_id}: no {text}"
+        job = subprocess.run(
+            ["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=60
+        ).stdout
+        if text in job:
+            return job
+        time.sleep(1)
+
+
 def test_a_node_that_fails_mid_run_is_recorded_and_the_requeued_job_resumes_from_a_checkpoint(
     two_nodes_one_task_each, tmp_path
 ):
@@ -234,14 +247,12 @@ def test_a_node_that_fails_mid_run_is_recorded_and_the_requeued_job_resumes_from
         checkpoints = sorted((job_dir / "checkpoints").glob("step-*.ckpt"))
         last = int(checkpoints[-1].stem.split("-")[1])
         assert last >= 4, checkpoints
+        # SLURM marks node1 DOWN once its slurmd missed SlurmdTimeout (20 s) and requeues
+        _wait_for_job(sweep, job_id, "Restarts=1")
     finally:  # node1 comes back (its namespace is still there): slurmd restarts, it resumes
         subprocess.run([str(SLURM_LOCAL)], check=True, timeout=300)
     end(sweep, timeout=1500)
     assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
-    job = subprocess.run(
-        ["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=60
-    ).stdout
-    assert "Restarts=1" in job, job
     record = summary(job_dir)
     assert record["status"] == "ok" and record["global_step"] == STEPS, record["error"]
     failed, resumed = record["attempts"]
@@ -251,3 +262,55 @@ def test_a_node_that_fails_mid_run_is_recorded_and_the_requeued_job_resumes_from
     _, plain = two_nodes_one_task_each
     assert record["history"] == plain["history"]
     assert_same_weights(final_weights(record), final_weights(plain))
+
+
+def test_torchrun_with_one_agent_on_each_node_trains_as_the_slurm_job(
+    two_nodes_one_task_each, tmp_path
+):
+    """packages/experiments/README.md's multi-node torchrun recipe, run for real: one agent in
+    each node's namespace (``scripts/slurm_local.sh on node<i>``), a c10d rendezvous at node0,
+    gives the 2-node SLURM job's losses and weights."""
+    run_dir = tmp_path / "run"
+    env = {**user_env(), "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
+    agents = []
+    started = time.perf_counter()
+    for rank in (0, 1):
+        cmd = [
+            str(SLURM_LOCAL),
+            "on",
+            f"node{rank}",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=2",
+            "--nproc-per-node=1",
+            f"--node-rank={rank}",
+            "--rdzv-backend=c10d",
+            "--rdzv-endpoint=node0:29500",
+            "-m",
+            "kiln.experiments.train",
+            *JOB,
+            "trainer.num_nodes=2",
+            "trainer.devices=1",
+            f"hydra.run.dir={run_dir}",
+        ]
+        log = (tmp_path / f"node{rank}.log").open("w")
+        agents.append(
+            subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+        )
+    for agent in agents:
+        try:
+            agent.wait(timeout=1200)
+        finally:
+            if agent.poll() is None:
+                agent.kill()
+    print(f"torchrun on 2 nodes (2 ranks, {STEPS} steps): {time.perf_counter() - started:.0f}s")
+    logs = {rank: (tmp_path / f"node{rank}.log").read_text() for rank in (0, 1)}
+    assert [a.returncode for a in agents] == [0, 0], logs
+    record = summary(run_dir)
+    assert record["status"] == "ok", record["error"]
+    assert (record["devices"], record["global_step"]) == (2, STEPS)
+    assert record["machine"]["hostname"] in ("node0", "node1")  # rank 0 is who joined first
+    _, slurm = two_nodes_one_task_each
+    assert record["history"] == slurm["history"]
+    assert_same_weights(final_weights(record), final_weights(slurm))

@@ -162,3 +162,38 @@ def reference_run(
 
 def weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+class ToyBlock(torch.nn.Module):
+    """A residual block: what FSDP shards as one unit, and regional compile compiles."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(width, width)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h + torch.tanh(self.linear(h))
+
+
+class ToyBlocksModule(ToyTokenModule):
+    """The token toy with a stack of repeated blocks between its embedding and its head."""
+
+    def __init__(self, blocks: int = 2, **kw) -> None:
+        super().__init__(**kw)
+        self.blocks = torch.nn.ModuleList(ToyBlock(16) for _ in range(blocks))
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        h = self.drop(self.embed(input_ids))
+        for block in self.blocks:
+            h = block(h)
+        return self.head(h)
+
+
+def full_weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The module's whole weights, also when FSDP sharded them (collective: every rank)."""
+    from torch.distributed.tensor import DTensor
+
+    return {
+        k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().clone()
+        for k, v in module.state_dict().items()
+    }

@@ -34,8 +34,15 @@ from lightning.fabric import Fabric
 from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.fabric.wrappers import _unwrap_objects
 from torch._dynamo.eval_frame import OptimizedModule
+from torch.distributed.checkpoint.api import CheckpointException
 
 from kiln.core.checkpoint_paths import check_not_a_plain_directory
+from kiln.core.checkpoint_sharded import (
+    checksum_damage,
+    dcp_reason,
+    restore_stateful,
+    write_checksums,
+)
 from kiln.core.rundir import (
     CHECKPOINT_NAME,
     CheckpointWriteError,
@@ -173,6 +180,10 @@ def damage(path: str | Path) -> str | None:
         return "the file is missing"
     if not _is_complete(path):
         return "the file is incomplete or unreadable (truncated?)"
+    if path.is_dir():  # sharded: each file against the directory's own checksums.json
+        problem = checksum_damage(path)
+        if problem is not None:
+            return problem
     recorded = read_run_file(path.parent)
     expected = None
     if recorded is not None:
@@ -361,7 +372,8 @@ def _write(fabric: Fabric, temp: Path, final: Path, state: dict) -> str | None:
     if not isinstance(fabric.strategy, _PLAIN_STATE_STRATEGIES):
         try:  # sharded: every rank writes its part into the directory ``temp``
             fabric.save(temp, state)
-            if fabric.is_global_zero:
+            if fabric.is_global_zero:  # every rank's shard is written once save returns here
+                write_checksums(temp)
                 _fsync(temp)
         except OSError as error:
             if fabric.is_global_zero:
@@ -553,12 +565,14 @@ def load_checkpoint(fabric: Fabric, path: str | Path, state: dict) -> dict:
     if isinstance(fabric.strategy, _PLAIN_STATE_STRATEGIES) and path.is_file():
         remainder = _load_plain(fabric, path, state)
     else:
+        loaded = dict(state)
         try:
-            remainder = fabric.load(path, state)
+            remainder = fabric.load(path, loaded)
+            restore_stateful(state, loaded)
         except (pickle.UnpicklingError, EOFError) as error:
             raise _unreadable(path, error) from None
-        except (KeyError, RuntimeError) as error:
-            raise RuntimeError(f"could not load checkpoint {path}: {error}") from error
+        except (KeyError, RuntimeError, CheckpointException) as error:
+            raise RuntimeError(f"could not load checkpoint {path}: {dcp_reason(error)}") from None
 
     rng_states = remainder.get("rng")
     if rng_states is not None:

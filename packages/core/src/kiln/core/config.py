@@ -8,10 +8,14 @@ registers them in Hydra's ConfigStore; kiln.core never imports Hydra.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true")
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+STRATEGIES = ("auto", "ddp", "fsdp")
+FSDP_SHARDINGS = ("full", "hybrid")
+# FSDP2 through Fabric's ModelParallelStrategy: fp16 would need a sharded GradScaler
+FSDP_PRECISIONS = ("32-true", "64-true", "bf16-mixed", "bf16-true")
 
 
 def _check_choice(name: str, value: object, valid: tuple[str, ...]) -> None:
@@ -81,8 +85,40 @@ class CompileConfig:
 
 
 @dataclass
+class FSDPConfig:
+    """FSDP2 options, read with ``trainer.strategy=fsdp`` (docs/sharded-training.md)."""
+
+    reshard_after_forward: bool = True
+    """Free each block's gathered parameters after its forward and gather them again for
+    the backward (ZeRO-3: least memory); ``false`` keeps them until the backward (ZeRO-2
+    like: less communication, more memory)."""
+    cpu_offload: bool = False
+    """Keep the sharded parameters, gradients and optimizer state in CPU memory and copy
+    each block's parameters to the device for its forward and backward (FSDP2's
+    ``CPUOffloadPolicy``); the optimizer step runs on the CPU."""
+    sharding: str = "full"
+    """``full``: shard over every rank. ``hybrid``: shard within a node and replicate
+    across nodes (a 2-D device mesh of ``num_nodes x devices``: HSDP)."""
+
+    def __post_init__(self) -> None:
+        _check_choice("trainer.fsdp.sharding", self.sharding, FSDP_SHARDINGS)
+        for name in ("reshard_after_forward", "cpu_offload"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"trainer.fsdp.{name}={getattr(self, name)!r} is not valid; use true or false"
+                )
+
+
+@dataclass
 class TrainerConfig:
-    """What the Fabric loop does. Steps are optimizer steps (windows of micro-batches)."""
+    """What the Fabric loop does. Steps are optimizer steps (windows of micro-batches).
+
+    ``strategy`` decides how several processes share the work: ``ddp`` (the default for
+    several processes) keeps the whole model, its gradients and optimizer state on every
+    rank; ``fsdp`` shards all three over the ranks with FSDP2 (``fully_shard`` on each
+    repeated block, then the root; options in ``fsdp``). One process trains on one device
+    whatever the strategy says, except ``fsdp``, which needs at least two.
+    """
 
     max_steps: int = 100
     """Optimizer steps to train for; the run stops at max_steps or max_epochs, whichever first."""
@@ -101,7 +137,11 @@ class TrainerConfig:
     num_nodes: int = 1
     """Nodes in the job (multi-node runs are started by torchrun or SLURM)."""
     strategy: str = "auto"
-    """Fabric strategy: ``auto`` (``ddp`` when there are several processes), ``ddp``, ``fsdp``."""
+    """``auto`` (``ddp`` when there are several processes, else one device), ``ddp``, or
+    ``fsdp`` (FSDP2 sharding through Fabric's ModelParallelStrategy; CPU/gloo and
+    CUDA/NCCL; precision ``32-true``, ``64-true``, ``bf16-mixed``, ``bf16-true``)."""
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    """FSDP2 options (``trainer.fsdp.reshard_after_forward``, ``cpu_offload``, ``sharding``)."""
     seed: int = 0
     """Seeds python, numpy and torch on every rank, and the data order."""
     deterministic: bool = False
@@ -135,6 +175,11 @@ class TrainerConfig:
         _check_positive("trainer.max_epochs", self.max_epochs, allow_none=True)
         _check_positive("trainer.accumulate_grad_batches", self.accumulate_grad_batches)
         _check_choice("trainer.precision", self.precision, PRECISIONS)
+        _check_choice("trainer.strategy", self.strategy, STRATEGIES)
+        if isinstance(self.fsdp, dict):  # from a resolved Hydra config
+            self.fsdp = FSDPConfig(**self.fsdp)
+        if self.strategy == "fsdp":
+            self._check_fsdp()
         _check_positive("trainer.devices", self.devices)
         _check_positive("trainer.num_nodes", self.num_nodes)
         _check_positive("trainer.val_every_n_steps", self.val_every_n_steps, allow_none=True)
@@ -157,3 +202,23 @@ class TrainerConfig:
             )
         if self.resume == "auto" and self.checkpoint_dir is None:
             raise ValueError("trainer.resume='auto' needs trainer.checkpoint_dir to look in")
+
+    def _check_fsdp(self) -> None:
+        world = self.devices * self.num_nodes
+        if world < 2:
+            raise ValueError(
+                f"trainer.strategy=fsdp shards the model over several processes, but "
+                f"trainer.devices={self.devices} x num_nodes={self.num_nodes} is one: use "
+                "trainer.devices>=2 (or num_nodes>=2), or trainer.strategy=auto on one device"
+            )
+        if self.precision not in FSDP_PRECISIONS:
+            raise ValueError(
+                f"trainer.precision={self.precision!r} is not supported with "
+                f"trainer.strategy=fsdp; choose one of: {', '.join(FSDP_PRECISIONS)}"
+            )
+        if self.fsdp.sharding == "hybrid" and self.num_nodes < 2:
+            raise ValueError(
+                "trainer.fsdp.sharding=hybrid shards within a node and replicates across "
+                f"nodes: it needs trainer.num_nodes>=2 (got {self.num_nodes}); use "
+                "trainer.fsdp.sharding=full on one node"
+            )

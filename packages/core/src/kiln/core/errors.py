@@ -45,7 +45,10 @@ def check_finite_weights(fabric: Any, model: torch.nn.Module, step: int) -> None
     One reduction per parameter, stacked, and one host sync (plus one all-reduce with
     several ranks, whose shards may differ): cheap enough for every checkpoint.
     """
-    params = [p.detach() for p in model.parameters()]
+    from kiln.core.sharding import local_tensor
+
+    # sharded parameters (DTensors): each rank counts its own shard, the sum covers them all
+    params = [local_tensor(p.detach()) for p in model.parameters()]
     if not params:
         return
     bad = torch.stack([(~p.isfinite()).sum() for p in params]).sum()

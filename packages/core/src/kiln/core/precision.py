@@ -35,9 +35,13 @@ def call_step_hook(fabric: Any, model: Any, hook: str, *args: Any) -> Any:
     Fabric applies precision (autocast, input/output dtypes) in ``forward``; it routes step
     hooks through ``forward`` only when the module is wrapped (DDP, compile), so on one
     eager device bf16-mixed would silently run in fp32. Applying it here too is harmless
-    when Fabric already did.
+    when Fabric already did. Under FSDP2 the hook goes through the root module's call
+    (``sharding.through_root``), as the training step does.
     """
-    return call_under_precision(fabric.strategy.precision, getattr(model, hook), *args)
+    from kiln.core.sharding import is_sharded, through_root
+
+    fn = through_root(model, hook) if is_sharded(fabric.strategy) else getattr(model, hook)
+    return call_under_precision(fabric.strategy.precision, fn, *args)
 
 
 def call_under_precision(precision: Precision, fn: Callable[..., Any], *args: Any) -> Any:

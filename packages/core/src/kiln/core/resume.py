@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from kiln.core.checkpoint import checkpoint_candidates, load_checkpoint
+from kiln.core.checkpoint_sharded import check_same_layout
 from kiln.core.rundir import CheckpointDirError, DamagedCheckpointError, claim, new_run_id
 from kiln.core.setup import Context
+from kiln.core.sharding import is_sharded
 from kiln.core.state import RunState
 
 
@@ -44,6 +46,8 @@ def _load(ctx: Context, run: RunState) -> dict[str, Any] | None:
             raise FileNotFoundError(f"trainer.resume={trainer.resume!r}: no such checkpoint file")
         candidates = [path]
     for path in candidates:
+        if path.exists():  # before any object changes: DDP and FSDP state do not mix
+            check_same_layout(path, is_sharded(ctx.fabric.strategy), trainer.strategy)
         try:
             rest = load_checkpoint(ctx.fabric, path, ctx.objects)
         except DamagedCheckpointError as error:

@@ -26,6 +26,7 @@ from kiln.core.optim import unpack_optimizers
 from kiln.core.precision import ExactDoublePrecision
 from kiln.core.rundir import check_writable
 from kiln.core.seeding import seed_rank_streams
+from kiln.core.sharding import fsdp_strategy, is_sharded, through_root
 from kiln.core.telemetry import CompileWatch, StepTimer
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ def setup(
     watch = CompileWatch(compile_config.recompile_warn_threshold)
     watch.start()
     model = fabric.setup_module(_compiled(module, compile_config))
+    sharded = is_sharded(fabric.strategy)
     # Weights are now rank 0's on every rank (DDP broadcasts parameters and buffers); from
     # here each rank draws its own dropout/augmentation stream (restored on resume).
     seed_rank_streams(trainer.seed, fabric.global_rank)
@@ -109,7 +111,7 @@ def setup(
         trainer=trainer,
         module=module,
         model=model,
-        training_step=model.training_step,
+        training_step=through_root(model, "training_step") if sharded else model.training_step,
         optimizer=(optimizer := fabric.setup_optimizers(optimizer)),
         stepped=_stepped(fabric, optimizer, [module, *(callbacks or [])]),
         scheduler=scheduler,
@@ -122,7 +124,7 @@ def setup(
         timer=StepTimer(fabric.device),
         counts_tokens=bool(getattr(module, "items_are_tokens", False)),
         has_count_hook=callable(getattr(module, "count_items", None)),
-        count_flops=trainer.count_flops and getattr(module, "count_flops", True) is not False,
+        count_flops=_counts_flops(fabric, module, trainer, sharded),
         run_config=run_config,
         hooks=StepHooks(fabric, [module, *(callbacks or [])]),
         callback_states=CallbackStates(callbacks or []),
@@ -147,19 +149,28 @@ def build_fabric(
     if not has_precision and trainer.precision == "64-true":
         plugins.append(ExactDoublePrecision())  # Fabric's own rounds step outputs to fp32
         has_precision = True
-    strategy = trainer.strategy
-    if strategy == "auto" and world > 1:
-        strategy = "ddp"
     return L.Fabric(
         accelerator=trainer.accelerator,
         devices=trainer.devices,
         num_nodes=trainer.num_nodes,
-        strategy=strategy,
+        strategy=select_strategy(trainer),
         precision=None if has_precision else trainer.precision,
         plugins=plugins or None,
         loggers=list(loggers or []),
         callbacks=callbacks,
     )
+
+
+def select_strategy(trainer: TrainerConfig) -> Any:
+    """The Fabric strategy of ``trainer.strategy``: ``auto`` is ``ddp`` for several processes
+    (one device otherwise); ``fsdp`` is FSDP2 through Fabric's ``ModelParallelStrategy``
+    (Fabric's own ``"fsdp"`` string means FSDP1, and only on GPUs)."""
+    world = trainer.devices * trainer.num_nodes
+    if trainer.strategy == "fsdp":
+        return fsdp_strategy(trainer)
+    if trainer.strategy == "auto" and world > 1:
+        return "ddp"
+    return trainer.strategy
 
 
 def _stepped(fabric: L.Fabric, optimizer: Any, listeners: list[Any]) -> Any:
@@ -173,6 +184,19 @@ def _stepped(fabric: L.Fabric, optimizer: Any, listeners: list[Any]) -> Any:
         and not any(callable(getattr(x, "on_after_optimizer_step", None)) for x in listeners)
     )
     return optimizer.optimizer if passes_through else optimizer
+
+
+def _counts_flops(
+    fabric: L.Fabric, module: L.LightningModule, trainer: TrainerConfig, sharded: bool
+) -> bool:
+    wanted = trainer.count_flops and getattr(module, "count_flops", True) is not False
+    if wanted and sharded:
+        # the meta-device count runs training_step, whose FSDP2 hooks would gather the
+        # real shards; the figure would be per rank of a whole model anyway
+        if fabric.is_global_zero:
+            log.info("FLOPs not counted under trainer.strategy=fsdp (flops_per_step, mfu: None)")
+        return False
+    return wanted
 
 
 def _total_steps(trainer: TrainerConfig, batches_per_epoch: int) -> int:

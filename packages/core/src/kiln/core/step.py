@@ -193,7 +193,9 @@ def _grad_norm(optimizer: Any) -> float:
     grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
     if not grads:
         return float("nan")
-    return float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))
+    total = torch.nn.utils.get_total_norm(grads)
+    # FSDP's sharded gradients give a DTensor: the global norm needs every rank's part
+    return float(total.full_tensor() if hasattr(total, "full_tensor") else total)
 
 
 def _unpack_step(out: Any) -> tuple[torch.Tensor, Any]:

@@ -67,11 +67,15 @@ def load_trained_module(checkpoint: str | Path) -> tuple[Any, dict[str, Any]]:
         The module and the checkpoint's meta (``config``, ``global_step``, ``run_id``...).
 
     Raises:
-        ValueError: The checkpoint holds no run config with a ``model``, or is sharded.
+        ValueError: The checkpoint holds no run config with a ``model``.
+
+    A sharded checkpoint (``trainer.strategy=fsdp``, a directory) is read shard by shard
+    into the module's own tensors in this one process: memory holds one copy of the model.
     """
     import torch
 
     from kiln.core.checkpoint import read_checkpoint_meta
+    from kiln.core.checkpoint_sharded import load_sharded_weights
     from kiln.experiments.build import build_module, seed_before_build
 
     path = Path(checkpoint)
@@ -82,13 +86,11 @@ def load_trained_module(checkpoint: str | Path) -> tuple[Any, dict[str, Any]]:
             f"checkpoint {path} records no model config (it was not written by kiln-train); "
             "only kiln-train checkpoints can be rebuilt without other files"
         )
-    if path.is_dir():
-        raise ValueError(
-            f"checkpoint {path} is sharded (a directory); load it with the training strategy "
-            "and save a single-file checkpoint first"
-        )
     seed_before_build(config.get("trainer", {}).get("seed", 0))
     module = build_module(config)
+    if path.is_dir():  # sharded (trainer.strategy=fsdp): the shards go into the module in place
+        load_sharded_weights(module, path)
+        return module.eval(), meta
     weights = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["model"]
     weights = {k.replace("_orig_mod.", ""): v for k, v in weights.items()}
     module.load_state_dict(weights, strict=True)

@@ -1,0 +1,32 @@
+"""Run by test_fsdp_checkpoint: ``fsdp_kill_worker.py DIR STEP`` trains the sharded toy on 2
+gloo ranks and SIGKILLs both once every rank has written its shards of step STEP's
+checkpoint, before the staged directory is renamed into place."""
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+from test_fsdp_checkpoint import STEPS, sharded_run
+
+from kiln.core import launch
+
+
+def killed_run(root: Path, step: int) -> None:
+    from kiln.core import checkpoint
+
+    write = checkpoint._write  # writes the staged directory a save renames into place
+
+    def write_then_die(fabric, temp, final, state):
+        problem = write(fabric, temp, final, state)
+        if f"step-{step:08d}" in temp.name:
+            fabric.barrier()  # every rank's shards are on disk
+            os.kill(os.getpid(), signal.SIGKILL)
+        return problem
+
+    checkpoint._write = write_then_die  # this worker process only
+    sharded_run(root, STEPS)
+
+
+if __name__ == "__main__":
+    launch(killed_run, 2, Path(sys.argv[1]), int(sys.argv[2]))

@@ -1,0 +1,268 @@
+"""``trainer.strategy=fsdp``: FSDP2 shards parameters, gradients and optimizer state over
+2 gloo ranks, and accumulation stays exact: in float64 the weights after 5 AdamW steps
+equal a plain single-process big-batch loop to <= 1e-12 (1, 2, 4 micro-batches, a partial
+last window, unequal token counts per rank, and with clipping of the global norm)."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import torch
+from toy import ToyBlocksModule, ToyTokenModule, full_weights, reference_run
+
+from kiln.core import CompileConfig, TrainerConfig, fit, launch
+
+EXACT = dict(rtol=0.0, atol=1e-12)
+MODULE_KW = dict(n=40, batch_size=2, lr=0.01, optimizer="adamw")
+# (accumulate, clip): 40 samples = 10 micro-batches of 2 per rank and epoch, so windows of
+# 4 are [4, 4, 2] per epoch: the third step is a partial window
+CASES = [(1, None), (2, None), (4, None), (2, 0.05)]
+
+
+def window_samples(accumulate: int, steps: int = 5, ranks: int = 2) -> list[int]:
+    """Samples (both ranks) in each of the first ``steps`` windows, partial ones included."""
+    per_epoch = MODULE_KW["n"] // (MODULE_KW["batch_size"] * ranks)
+    sizes = []
+    while len(sizes) < steps:
+        left = per_epoch
+        while left and len(sizes) < steps:
+            take = min(accumulate, left)
+            sizes.append(take * MODULE_KW["batch_size"] * ranks)
+            left -= take
+    return sizes
+
+
+class ShardProbe:
+    """Records what each rank holds: its parameter, gradient and optimizer-state shards,
+    and whether a micro-batch's backward left reduced (sharded) gradients behind."""
+
+    def __init__(self) -> None:
+        self.optimizer = None
+        self.grads_after_backward: list[bool] = []  # any .grad set after each micro-batch
+        self.grad_shapes: dict[str, tuple] = {}
+
+    def on_loop_start(self, loop) -> None:
+        self.module, self.optimizer = loop.module, loop.optimizer
+
+    def on_after_backward(self) -> None:
+        self.grads_after_backward.append(any(p.grad is not None for p in self.module.parameters()))
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        if not self.grad_shapes:
+            self.grad_shapes = {
+                n: tuple(p.grad.to_local().shape) for n, p in self.module.named_parameters()
+            }
+
+    def shards(self) -> dict:
+        state = self.optimizer.state
+        return {
+            "params": {
+                n: (tuple(p.to_local().shape), tuple(p.shape), type(p).__name__)
+                for n, p in self.module.named_parameters()
+            },
+            "grads": self.grad_shapes,
+            "exp_avg": {
+                n: tuple(state[p]["exp_avg"].to_local().shape)
+                for n, p in self.module.named_parameters()
+            },
+            "grads_after_backward": self.grads_after_backward,
+        }
+
+
+def fsdp_trainer(**kw) -> TrainerConfig:
+    return TrainerConfig(
+        **{
+            "accelerator": "cpu",
+            "devices": 2,
+            "strategy": "fsdp",
+            "precision": "64-true",
+            "max_steps": 5,
+            "log_every_n_steps": 1,
+            "progress": False,
+            **kw,
+        }
+    )
+
+
+def exact_runs(cases: list[tuple[int, float | None]]) -> dict:
+    """One rank's fits of every case (top-level: spawned ranks import it)."""
+    out = {}
+    for accumulate, clip in cases:
+        module, probe = ToyBlocksModule(**MODULE_KW), ShardProbe()
+        trainer = fsdp_trainer(accumulate_grad_batches=accumulate, gradient_clip_norm=clip)
+        result = fit(module, trainer, callbacks=[probe])
+        out[(accumulate, clip)] = {
+            "weights": full_weights(module),
+            "history": result.history,
+            "shards": probe.shards(),
+        }
+    out["options"] = option_runs()  # in the same launch: each launch costs seconds
+    return out
+
+
+class DtypeProbe(ToyBlocksModule):
+    """Records the dtype a block computes with (FSDP2's gathered parameter) and the
+    sharded master weight's and gradient's dtypes at the optimizer step."""
+
+    def forward(self, input_ids):
+        self.seen = {"compute": self.blocks[0].linear.weight.dtype}
+        return super().forward(input_ids)
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        weight = self.blocks[0].linear.weight
+        self.seen.update(master=weight.dtype, grad=weight.grad.dtype, kind=type(weight).__name__)
+
+
+def option_runs() -> dict:
+    """Precision and trainer.fsdp options, two steps each."""
+    out = {}
+    options = {
+        "bf16-mixed": dict(precision="bf16-mixed"),
+        "bf16-true": dict(precision="bf16-true"),
+        "32-true": dict(precision="32-true"),
+        "no-reshard": dict(precision="32-true", fsdp={"reshard_after_forward": False}),
+        "cpu-offload": dict(precision="32-true", fsdp={"cpu_offload": True}),
+    }
+    for name, kw in options.items():
+        module = DtypeProbe(**MODULE_KW)
+        result = fit(module, fsdp_trainer(max_steps=2, gradient_clip_norm=1.0, **kw))
+        finite = all(math.isfinite(row["train/loss"]) for row in result.history)
+        out[name] = {**module.seen, "step": result.global_step, "finite": finite}
+    return out
+
+
+@pytest.fixture(scope="module")
+def ranks() -> list[dict]:
+    """Both ranks' results of every case, from one 2-process launch."""
+    return launch(exact_runs, 2, CASES)
+
+
+@pytest.mark.parametrize(("accumulate", "clip"), CASES)
+def test_fsdp_accumulation_equals_one_big_batch_in_float64(ranks, accumulate, clip) -> None:
+    want, losses = reference_run(ToyBlocksModule(**MODULE_KW), window_samples(accumulate), clip)
+    for rank in ranks:
+        got = rank[(accumulate, clip)]
+        assert got["weights"].keys() == want.keys()
+        for key, value in want.items():
+            assert got["weights"][key].dtype == torch.float64
+            torch.testing.assert_close(got["weights"][key], value, **EXACT)
+        logged = [row["train/loss"] for row in got["history"]]
+        assert logged == pytest.approx(losses, rel=0.0, abs=1e-12)
+        if clip is not None:  # the global norm, the same on both ranks, above the limit
+            norms = [row["train/grad_norm"] for row in got["history"]]
+            assert min(norms) > clip
+    if clip is not None:
+        norms = [
+            [r["train/grad_norm"] for r in rank[(accumulate, clip)]["history"]] for rank in ranks
+        ]
+        assert norms[0] == norms[1]
+
+
+def test_parameters_gradients_and_optimizer_state_are_sharded(ranks) -> None:
+    by_rank = [rank[(2, None)]["shards"] for rank in ranks]
+    for name, (_, full, kind) in by_rank[0]["params"].items():
+        assert kind == "DTensor", name
+        # FSDP2 shards dim 0 as torch.chunk does: rank 0 holds ceil(rows / 2)
+        rows = [shards["params"][name][0][0] for shards in by_rank]
+        assert rows == [(full[0] + 1) // 2, full[0] // 2], name
+        for shards in by_rank:
+            local = shards["params"][name][0]
+            assert local[1:] == full[1:]
+            assert shards["grads"][name] == local, name
+            assert shards["exp_avg"][name] == local, name
+
+
+def test_gradients_are_reduced_on_the_windows_last_micro_batch_only(ranks) -> None:
+    # accumulate 4: windows of 4, 4, 2, 4, 4 micro-batches; FSDP2 keeps the unreduced
+    # gradients to itself until the reduce-scatter, which sets the sharded .grad
+    for rank in ranks:
+        flags = rank[(4, None)]["shards"]["grads_after_backward"]
+        windows = [4, 4, 2, 4, 4]
+        want = [j == n - 1 for n in windows for j in range(n)]
+        assert flags == want
+
+
+def no_blocks_run() -> dict:
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logging.getLogger("kiln.core.sharding").addHandler(handler)
+    module = ToyTokenModule(**MODULE_KW)
+    result = fit(module, fsdp_trainer(max_steps=2))
+    params = {n: tuple(p.to_local().shape) for n, p in module.named_parameters()}
+    return {"messages": records, "step": result.global_step, "params": params}
+
+
+def test_a_module_without_repeated_blocks_is_sharded_as_one_unit_and_says_so() -> None:
+    for rank in launch(no_blocks_run, 2):
+        assert rank["step"] == 2
+        assert any("has no repeated blocks" in m and "one unit" in m for m in rank["messages"])
+        assert rank["params"]["embed.weight"][0] < 11  # still sharded at rest
+
+
+def compiled_runs() -> dict:
+    """Whole-model and regional compile under FSDP, one after the other on each rank."""
+    out = {}
+    for regional in (False, True):
+        module = ToyBlocksModule(**MODULE_KW)
+        compile_config = CompileConfig(mode="default", backend="aot_eager", regional=regional)
+        result = fit(module, fsdp_trainer(max_steps=3, precision="32-true"), compile_config)
+        out[regional] = {"telemetry": result.telemetry, "step": result.global_step}
+    return out
+
+
+@pytest.fixture(scope="module")
+def compiled() -> list[dict]:
+    return launch(compiled_runs, 2)
+
+
+@pytest.mark.parametrize("regional", [False, True])
+def test_compile_with_fsdp_trains_and_reports_graph_breaks_and_recompiles(
+    compiled, regional
+) -> None:
+    for rank in compiled:
+        got = rank[regional]
+        assert got["step"] == 3
+        telemetry = got["telemetry"]
+        for key in ("graph_breaks", "recompiles", "unique_graphs", "compile_time_s"):
+            assert isinstance(telemetry[key], int | float), key
+        assert telemetry["unique_graphs"] >= 1 and telemetry["compile_time_s"] > 0
+        assert telemetry["compiled_blocks"] == (2 if regional else 0)
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        (dict(devices=1), r"strategy=fsdp shards the model over several processes"),
+        (dict(devices=2, precision="16-mixed"), r"16-mixed.*not supported with.*fsdp"),
+        (dict(devices=2, fsdp={"sharding": "half"}), r"trainer.fsdp.sharding='half'.*full, hybrid"),
+        (dict(devices=2, fsdp={"sharding": "hybrid"}), r"hybrid.*num_nodes>=2"),
+        (dict(devices=2, fsdp={"cpu_offload": "yes"}), r"trainer.fsdp.cpu_offload='yes'"),
+        (dict(strategy="fsdp2"), r"trainer.strategy='fsdp2' is not valid.*auto, ddp, fsdp"),
+    ],
+)
+def test_bad_fsdp_settings_fail_before_training_saying_what_is_valid(kw, match) -> None:
+    kw = {"strategy": "fsdp", "accelerator": "cpu", **kw}
+    with pytest.raises(ValueError, match=match):
+        TrainerConfig(**kw)
+
+
+@pytest.mark.parametrize(
+    ("name", "compute", "master"),
+    [
+        # bf16 compute and gather, fp32 master weights, gradients and optimizer state
+        ("bf16-mixed", torch.bfloat16, torch.float32),
+        ("bf16-true", torch.bfloat16, torch.bfloat16),
+        ("32-true", torch.float32, torch.float32),
+        ("no-reshard", torch.float32, torch.float32),
+        ("cpu-offload", torch.float32, torch.float32),
+    ],
+)
+def test_precision_and_fsdp_options_train(ranks, name, compute, master) -> None:
+    for rank in ranks:
+        seen = rank["options"][name]
+        assert seen["step"] == 2 and seen["finite"]
+        assert seen["kind"] == "DTensor"
+        assert (seen["compute"], seen["master"], seen["grad"]) == (compute, master, master)

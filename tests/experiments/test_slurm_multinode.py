@@ -314,3 +314,46 @@ def test_torchrun_with_one_agent_on_each_node_trains_as_the_slurm_job(
     _, slurm = two_nodes_one_task_each
     assert record["history"] == slurm["history"]
     assert_same_weights(final_weights(record), final_weights(slurm))
+
+
+@pytest.mark.parametrize(
+    ("sharding", "devices"),
+    [("full", 1), ("hybrid", 2)],  # hybrid: shard within each node's 2 ranks, replicate across
+)
+def test_fsdp_across_two_nodes_is_preempted_and_resumes(
+    two_nodes_one_task_each, tmp_path, sharding, devices
+):
+    """``trainer.strategy=fsdp`` on both nodes: USR2 mid-run stops every rank at one step with
+    a sharded checkpoint (a file per rank), the requeued job resumes from it on both nodes,
+    in one W&B run, and ends; full sharding over 2 ranks follows the DDP job's losses."""
+    ranks = 2 * devices
+    fsdp = ["trainer.strategy=fsdp", f"trainer.fsdp.sharding={sharding}"]
+    args = [*TWO_NODES[2:], *JOB, f"trainer.devices={devices}", *fsdp]
+    started = time.perf_counter()
+    sweep, sweep_dir = start_sweep(tmp_path, args)
+    job_id = wait_for_step(sweep, sweep_dir, 2)
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=60)
+    end(sweep, timeout=1500)
+    elapsed = time.perf_counter() - started
+    print(f"2-node FSDP {sharding} ({ranks} ranks), preempted once: {elapsed:.0f}s")
+    assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
+    job_dir = sweep_dir / "0"
+    record = summary(job_dir)
+    assert record["status"] == "ok" and record["global_step"] == STEPS, record["error"]
+    assert record["devices"] == ranks
+    first, second = record["attempts"]
+    assert first["ended"] == "requeued" and second["ended"] == "ok", record["attempts"]
+    assert 2 <= first["at_step"] == second["from_step"] < STEPS, record["attempts"]
+    assert first["nodes"] == second["nodes"] == ["node0", "node1"]
+    for step in (first["at_step"], STEPS):  # sharded: every rank wrote its own file
+        checkpoint = job_dir / "checkpoints" / f"step-{step:08d}.ckpt"
+        assert sorted(p.name for p in checkpoint.glob("*.distcp")) == [
+            f"__{rank}_0.distcp" for rank in range(ranks)
+        ]
+    files = sorted((job_dir / "wandb").glob("*run-*-*/*.wandb"))
+    rows = [r for f in files for r in wandb_files.read_history(f) if "train/loss" in r]
+    assert sorted(r["trainer/global_step"] for r in rows) == list(range(1, STEPS + 1))
+    if (sharding, devices) == ("full", 1):
+        _, ddp = two_nodes_one_task_each
+        losses = [h["train/loss"] for h in record["history"]]
+        assert losses == pytest.approx([h["train/loss"] for h in ddp["history"]], rel=1e-9)

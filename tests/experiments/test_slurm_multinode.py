@@ -78,6 +78,7 @@ def assert_same_weights(got: dict[str, torch.Tensor], expected: dict[str, torch.
 def two_node_job(log_dir: Path, devices: int) -> tuple[Path, dict[str, Any], float]:
     """``kiln-train -m launcher=slurm trainer.num_nodes=2 trainer.devices=<devices>``: its one
     job's directory and record, and how long the sweep took."""
+    log_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     proc = run_train(["-m", *TWO_NODES, *JOB, f"trainer.devices={devices}"], log_dir, timeout=1500)
     elapsed = time.perf_counter() - started
@@ -89,6 +90,7 @@ def two_node_job(log_dir: Path, devices: int) -> tuple[Path, dict[str, Any], flo
 
 def one_node_job(log_dir: Path, devices: int) -> dict[str, Any]:
     """The same job on this machine alone: one node, ``devices`` local worker processes."""
+    log_dir.mkdir(parents=True, exist_ok=True)
     proc = run_train([*JOB, f"trainer.devices={devices}"], log_dir, timeout=1500)
     assert proc.returncode == 0, explain(proc)
     return summary(job_dirs(log_dir)[0])
@@ -136,6 +138,7 @@ def test_a_two_node_job_trains_as_one_node_with_both_devices(two_nodes_one_task_
     assert_same_weights(final_weights(record), final_weights(one))
 
 
+@pytest.mark.slow  # 7 min on 2 busy cores; the 2-rank test above proves the same in make test-all
 def test_two_nodes_of_two_ranks_train_as_one_node_with_four_devices(tmp_path):
     job_dir, record, elapsed = two_node_job(tmp_path / "two", devices=2)
     print(f"2-node SLURM job (4 ranks, {STEPS} steps): {elapsed:.0f}s")

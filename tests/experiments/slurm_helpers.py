@@ -13,13 +13,12 @@ from pathlib import Path
 def task_folder(job_dir: Path) -> Path:
     """submitit's folder of one Hydra job's SLURM job: ``<array job id>_<array index>``, or
     ``<job id>`` when the sweep is a single job (no array)."""
-    folders = [
-        d
-        for d in (job_dir.parent / ".submitit").iterdir()
-        if d.name.endswith(f"_{job_dir.name}") or (job_dir.name == "0" and d.name.isdigit())
-    ]
-    assert len(folders) == 1, folders
-    return folders[0]
+    folders = list((job_dir.parent / ".submitit").iterdir())
+    tasks = [d for d in folders if d.name.endswith(f"_{job_dir.name}")]
+    if not tasks and job_dir.name == "0":  # a one-job sweep is no array: <job id>
+        tasks = [d for d in folders if d.name.isdigit()]
+    assert len(tasks) == 1, folders
+    return tasks[0]
 
 
 def task_logs(job_dir: Path) -> dict[int, str]:

@@ -10,6 +10,7 @@ batch, so the two must agree bit for bit. Skipped on a cluster of fewer than two
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -245,8 +246,9 @@ def test_a_node_that_fails_mid_run_is_recorded_and_the_requeued_job_resumes_from
         assert attempt["ended"] == "failed" and attempt["at_step"] >= 4, attempt
         assert attempt["nodes"] == ["node0", "node1"] and attempt["slurm_job_id"] == job_id
         assert attempt["host"] == "node0"
-        assert "Connection closed by peer [10.77.0.11]" in record["error"], record["error"]
-        assert "(node1)" in record["error"], record["error"]
+        # gloo: "Connection closed by peer [10.77.0.11]:<port>" or "Read error [...]:<port>:
+        # Connection reset by peer", whichever side of the socket saw it first
+        assert re.search(r"\[10\.77\.0\.11\]:\d+ \(node1\)", record["error"]), record["error"]
         checkpoints = sorted((job_dir / "checkpoints").glob("step-*.ckpt"))
         last = int(checkpoints[-1].stem.split("-")[1])
         assert last >= 4, checkpoints

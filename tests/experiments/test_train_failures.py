@@ -132,6 +132,8 @@ def test_a_lost_peer_is_named_by_its_host():
         "typically caused by a remote worker crashing."
     )
     assert "Connection closed by peer [127.0.0.1]:27286 (localhost). This" in one_line_reason(exc)
+    reset = RuntimeError("[pair.cc:545] Read error [127.0.0.1]:38559: Connection reset by peer.")
+    assert "Read error [127.0.0.1]:38559 (localhost): Connection reset" in one_line_reason(reset)
     unnamed = RuntimeError("Connection closed by peer [192.0.2.123]:1")  # no name: left as is
     assert one_line_reason(unnamed) == "RuntimeError: Connection closed by peer [192.0.2.123]:1"
 

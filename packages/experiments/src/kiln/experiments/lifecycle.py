@@ -63,7 +63,9 @@ def one_line_reason(exc: BaseException) -> str:
     return name_peers(f"{type(exc).__name__}: {' '.join(lines)}")
 
 
-_PEER = re.compile(r"(by peer \[([0-9a-fA-F.:]+)\](?::\d+)?)")
+# a peer as gloo names it: "Connection closed by peer [10.77.0.11]:27286", "Read error
+# [10.77.0.11]:38559: Connection reset by peer"
+_PEER = re.compile(r"(\[([0-9a-fA-F.:]+)\]:\d+)")
 
 
 def name_peers(reason: str) -> str:

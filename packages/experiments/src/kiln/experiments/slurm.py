@@ -89,6 +89,15 @@ def replay_deferred_signal() -> None:
         signal.raise_signal(signum)  # the Python handler runs before this returns
 
 
+def forget_earlier_result() -> None:
+    """In the job: remove this task's result file of an earlier attempt. SLURM requeues a job
+    that lost a node, whose rank 0 had ended that attempt with a result; once the new
+    attempt's other tasks wrote theirs, the submitter would read that stale one as the job's."""
+    import submitit
+
+    submitit.JobEnvironment().paths.result_pickle.unlink(missing_ok=True)
+
+
 def job_command(python: str = sys.executable) -> str:
     """What submitit's executor runs in place of ``python`` (see the module doc)."""
     import shlex

@@ -13,6 +13,7 @@ import torch
 from toy import ToyBlocksModule, ToyTokenModule, full_weights, reference_run
 
 from kiln.core import CompileConfig, TrainerConfig, fit, launch
+from kiln.core.callbacks import EMA
 
 EXACT = dict(rtol=0.0, atol=1e-12)
 MODULE_KW = dict(n=40, batch_size=2, lr=0.01, optimizer="adamw")
@@ -98,7 +99,14 @@ def exact_runs(cases: list[tuple[int, float | None]]) -> dict:
             "history": result.history,
             "shards": probe.shards(),
         }
-    out["options"] = option_runs()  # in the same launch: each launch costs seconds
+    # in the same launch: each launch costs seconds of start-up
+    out["options"] = option_runs()
+    out["no_blocks"] = no_blocks_run()
+    try:
+        fit(ToyBlocksModule(**MODULE_KW), fsdp_trainer(max_steps=1), callbacks=[EMA()])
+        out["ema"] = "no error"
+    except ValueError as error:
+        out["ema"] = str(error)
     return out
 
 
@@ -106,9 +114,14 @@ class DtypeProbe(ToyBlocksModule):
     """Records the dtype a block computes with (FSDP2's gathered parameter) and the
     sharded master weight's and gradient's dtypes at the optimizer step."""
 
-    def forward(self, input_ids):
-        self.seen = {"compute": self.blocks[0].linear.weight.dtype}
-        return super().forward(input_ids)
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.seen: dict = {}
+        # inside the block's forward its parameters are gathered, in FSDP's param_dtype
+        self.blocks[0].linear.register_forward_hook(self._record)
+
+    def _record(self, linear, args, output) -> None:
+        self.seen["compute"] = linear.weight.dtype
 
     def on_before_optimizer_step(self, optimizer) -> None:
         weight = self.blocks[0].linear.weight
@@ -123,14 +136,34 @@ def option_runs() -> dict:
         "bf16-true": dict(precision="bf16-true"),
         "32-true": dict(precision="32-true"),
         "no-reshard": dict(precision="32-true", fsdp={"reshard_after_forward": False}),
-        "cpu-offload": dict(precision="32-true", fsdp={"cpu_offload": True}),
     }
     for name, kw in options.items():
         module = DtypeProbe(**MODULE_KW)
         result = fit(module, fsdp_trainer(max_steps=2, gradient_clip_norm=1.0, **kw))
         finite = all(math.isfinite(row["train/loss"]) for row in result.history)
         out[name] = {**module.seen, "step": result.global_step, "finite": finite}
+    out["hybrid"] = hybrid_placements()
     return out
+
+
+def hybrid_placements() -> dict:
+    """How ``trainer.fsdp.sharding=hybrid`` lays a weight out on 2 "nodes" of 1 device each
+    (the process group of the fits above is still up)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from kiln.core.config import FSDPConfig
+    from kiln.core.sharding import shard_module
+
+    mesh = init_device_mesh("cpu", (2, 1), mesh_dim_names=("data_parallel", "tensor_parallel"))
+    module = shard_module(
+        ToyBlocksModule(**MODULE_KW), mesh, FSDPConfig(sharding="hybrid"), "32-true", 2
+    )
+    weight = module.blocks[0].linear.weight
+    return {
+        "mesh": weight.device_mesh.mesh_dim_names,
+        "placements": [type(p).__name__ for p in weight.placements],
+        "local": tuple(weight.to_local().shape),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -195,8 +228,8 @@ def no_blocks_run() -> dict:
     return {"messages": records, "step": result.global_step, "params": params}
 
 
-def test_a_module_without_repeated_blocks_is_sharded_as_one_unit_and_says_so() -> None:
-    for rank in launch(no_blocks_run, 2):
+def test_a_module_without_repeated_blocks_is_sharded_as_one_unit_and_says_so(ranks) -> None:
+    for rank in (r["no_blocks"] for r in ranks):
         assert rank["step"] == 2
         assert any("has no repeated blocks" in m and "one unit" in m for m in rank["messages"])
         assert rank["params"]["embed.weight"][0] < 11  # still sharded at rest
@@ -240,6 +273,7 @@ def test_compile_with_fsdp_trains_and_reports_graph_breaks_and_recompiles(
         (dict(devices=2, fsdp={"sharding": "half"}), r"trainer.fsdp.sharding='half'.*full, hybrid"),
         (dict(devices=2, fsdp={"sharding": "hybrid"}), r"hybrid.*num_nodes>=2"),
         (dict(devices=2, fsdp={"cpu_offload": "yes"}), r"trainer.fsdp.cpu_offload='yes'"),
+        (dict(devices=2, fsdp={"cpu_offload": True}), r"cpu_offload=true .* trains on cpu"),
         (dict(strategy="fsdp2"), r"trainer.strategy='fsdp2' is not valid.*auto, ddp, fsdp"),
     ],
 )
@@ -257,7 +291,6 @@ def test_bad_fsdp_settings_fail_before_training_saying_what_is_valid(kw, match) 
         ("bf16-true", torch.bfloat16, torch.bfloat16),
         ("32-true", torch.float32, torch.float32),
         ("no-reshard", torch.float32, torch.float32),
-        ("cpu-offload", torch.float32, torch.float32),
     ],
 )
 def test_precision_and_fsdp_options_train(ranks, name, compute, master) -> None:
@@ -266,3 +299,28 @@ def test_precision_and_fsdp_options_train(ranks, name, compute, master) -> None:
         assert seen["step"] == 2 and seen["finite"]
         assert seen["kind"] == "DTensor"
         assert (seen["compute"], seen["master"], seen["grad"]) == (compute, master, master)
+
+
+def test_hybrid_sharding_replicates_across_nodes_and_shards_within_one(ranks) -> None:
+    # 2 nodes of 1 device: each node holds a whole replica (its one shard is everything)
+    for rank in ranks:
+        hybrid = rank["options"]["hybrid"]
+        assert hybrid["mesh"] == ("replicate", "shard")
+        assert hybrid["placements"] == ["Replicate", "Shard"]
+        assert hybrid["local"] == (16, 16)
+
+
+def test_blocks_wrapped_for_activation_checkpointing_are_still_the_blocks_to_shard() -> None:
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    from kiln.core.compile import repeated_blocks
+
+    module = ToyBlocksModule(blocks=3, **MODULE_KW)
+    module.blocks = torch.nn.ModuleList(checkpoint_wrapper(b) for b in module.blocks)
+    assert repeated_blocks(module) == list(module.blocks)
+
+
+def test_the_ema_callback_refuses_sharded_parameters_before_training(ranks) -> None:
+    for rank in ranks:
+        assert "EMA callback averages whole parameters" in rank["ema"]
+        assert "trainer.strategy=fsdp shards them" in rank["ema"]

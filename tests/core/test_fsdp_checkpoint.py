@@ -21,6 +21,8 @@ from toy import ToyBlocksModule, full_weights
 from kiln.core import TrainerConfig, fit, launch
 from kiln.core.checkpoint import damage, find_latest_checkpoint, read_checkpoint_meta
 from kiln.core.checkpoint_sharded import CHECKSUMS, load_sharded_weights
+from kiln.core.errors import NonFiniteWeightsError
+from kiln.core.rundir import recorded_run
 
 HERE = Path(__file__).parent
 # shuffled data, dropout, momentum and a step schedule: every piece of state must come back
@@ -82,7 +84,24 @@ def runs(root: Path) -> dict:
     sharded_run(root / "ddp-run", 2, strategy="ddp")
     plain = str(root / "ddp-run" / "ckpt" / "step-00000002.ckpt")
     out["into_fsdp"] = refused(root / "fsdp", resume=plain)
+    out["overflow"] = overflowing_run(root / "overflow")
     return out
+
+
+class Overflowing(ToyBlocksModule):
+    def training_step(self, batch, batch_idx):
+        out = super().training_step(batch, batch_idx)
+        return {**out, "loss": out["loss"] * 1e6}
+
+
+def overflowing_run(root: Path) -> dict:
+    """The step-1 loss (computed before the update) is finite; the update is not."""
+    module = Overflowing(**{**MODULE_KW, "lr": 1e38})
+    try:
+        fit(module, sharded_trainer(root, STEPS, checkpoint_every_n_steps=1))
+    except NonFiniteWeightsError as error:
+        return {"error": str(error), "saved": sorted(p.name for p in (root / "ckpt").iterdir())}
+    return {"error": None}
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +167,23 @@ def test_a_damaged_shard_is_named_and_resume_auto_falls_back(ranks, tmp_path) ->
     shutil.copytree(newest.parent / "step-00000006.ckpt", partial)
     (partial / CHECKSUMS).unlink()
     assert "did not finish" in damage(partial)
+
+
+def test_a_lost_run_json_is_rebuilt_from_the_sharded_checkpoints_that_prove_themselves(
+    ranks, tmp_path
+) -> None:
+    shutil.copytree(ranks["root"] / "full" / "ckpt", tmp_path / "ckpt")
+    run = json.loads((tmp_path / "ckpt" / "run.json").read_text())
+    (tmp_path / "ckpt" / "run.json").unlink()
+    rebuilt = recorded_run(tmp_path / "ckpt")
+    assert rebuilt.run_id == run["run_id"] and rebuilt.checkpoints == run["checkpoints"]
+
+
+def test_non_finite_sharded_weights_never_reach_a_checkpoint(ranks) -> None:
+    for rank in ranks["ranks"]:
+        overflow = rank["overflow"]
+        assert overflow["error"] is not None and "after step 1" in overflow["error"]
+        assert not [name for name in overflow["saved"] if name.startswith("step-")]
 
 
 def test_a_checkpoint_of_one_strategy_does_not_resume_into_the_other(ranks) -> None:

@@ -90,8 +90,13 @@ def check_same_layout(path: Path, sharded_run: bool, strategy: str) -> None:
     one device) into a run that is not sharded. ``kiln-export`` and ``kiln-eval`` read both.
 
     Raises:
+        IsADirectoryError: ``path`` is a directory but no checkpoint (see
+            ``checkpoint_paths``).
         ValueError: The layouts differ.
     """
+    from kiln.core.checkpoint_paths import check_not_a_plain_directory
+
+    check_not_a_plain_directory(path)
     sharded_checkpoint = path.is_dir()
     if sharded_checkpoint == sharded_run:
         return

@@ -16,6 +16,10 @@ STRATEGIES = ("auto", "ddp", "fsdp")
 FSDP_SHARDINGS = ("full", "hybrid")
 # FSDP2 through Fabric's ModelParallelStrategy: fp16 would need a sharded GradScaler
 FSDP_PRECISIONS = ("32-true", "64-true", "bf16-mixed", "bf16-true")
+CPU_OFFLOAD_NEEDS_CUDA = (
+    "trainer.fsdp.cpu_offload=true moves the shards from CUDA devices into CPU memory, but "
+    "this run trains on {}: use trainer.accelerator=cuda, or trainer.fsdp.cpu_offload=false"
+)
 
 
 def _check_choice(name: str, value: object, valid: tuple[str, ...]) -> None:
@@ -95,7 +99,7 @@ class FSDPConfig:
     cpu_offload: bool = False
     """Keep the sharded parameters, gradients and optimizer state in CPU memory and copy
     each block's parameters to the device for its forward and backward (FSDP2's
-    ``CPUOffloadPolicy``); the optimizer step runs on the CPU."""
+    ``CPUOffloadPolicy``); the optimizer step runs on the CPU. CUDA only."""
     sharding: str = "full"
     """``full``: shard over every rank. ``hybrid``: shard within a node and replicate
     across nodes (a 2-D device mesh of ``num_nodes x devices``: HSDP)."""
@@ -216,6 +220,8 @@ class TrainerConfig:
                 f"trainer.precision={self.precision!r} is not supported with "
                 f"trainer.strategy=fsdp; choose one of: {', '.join(FSDP_PRECISIONS)}"
             )
+        if self.fsdp.cpu_offload and self.accelerator in ("cpu", "mps"):
+            raise ValueError(CPU_OFFLOAD_NEEDS_CUDA.format(self.accelerator))
         if self.fsdp.sharding == "hybrid" and self.num_nodes < 2:
             raise ValueError(
                 "trainer.fsdp.sharding=hybrid shards within a node and replicates across "

@@ -7,7 +7,8 @@ its checksum is damaged. ``run.json`` itself is replaced atomically. A run that 
 another run's checkpoint gets its own id and records that checkpoint as ``started_from``.
 
 A lost ``run.json`` is rebuilt from the files that prove themselves (``checkpoint.recover``):
-every checkpoint carries its run's id, and its zip records carry their own CRC-32.
+every checkpoint carries its run's id, and its zip records carry their own CRC-32 (a sharded
+checkpoint's files: the sha256 in its ``checksums.json``).
 """
 
 from __future__ import annotations
@@ -152,20 +153,29 @@ def remove_leftovers(directory: str | Path) -> list[Path]:
 
 
 def _verified_run_id(path: Path) -> tuple[str | None, str | None]:
-    """``(run id, None)`` of a checkpoint file whose zip records pass their CRC-32 check, or
-    ``(None, why not)``."""
+    """``(run id, None)`` of a checkpoint file whose zip records pass their CRC-32 check (a
+    sharded checkpoint: whose files match its ``checksums.json``), or ``(None, why not)``."""
     import zipfile
 
     import torch
 
-    if not path.is_file():
-        return None, "a sharded checkpoint carries no checksum of its own"
+    from kiln.core.checkpoint_sharded import checksum_damage
+
+    if path.is_dir():
+        problem = checksum_damage(path)
+        if problem is not None:
+            return None, problem
     try:
-        with zipfile.ZipFile(path) as archive:
-            bad = archive.testzip()
-        if bad is not None:
-            return None, f"its record {bad} fails its CRC-32 check"
-        run_id = torch.load(path, map_location="cpu", mmap=True, weights_only=True).get("run_id")
+        if path.is_dir():
+            meta = torch.load(path / "meta.pt", map_location="cpu", weights_only=True)
+            run_id = meta.get("run_id")
+        else:
+            with zipfile.ZipFile(path) as archive:
+                bad = archive.testzip()
+            if bad is not None:
+                return None, f"its record {bad} fails its CRC-32 check"
+            saved = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+            run_id = saved.get("run_id")
     except Exception as error:  # truncated, not a zip, not unpicklable safely
         return None, f"it cannot be read ({type(error).__name__})"
     return (str(run_id), None) if run_id else (None, "it names no run (written by older kiln?)")

@@ -102,7 +102,8 @@ def setup(
     watch.start()
     model = fabric.setup_module(_compiled(module, compile_config))
     sharded = is_sharded(fabric.strategy)
-    # Weights are now rank 0's on every rank (DDP broadcasts parameters and buffers); from
+    # Weights are now rank 0's on every rank (DDP broadcasts parameters and buffers, FSDP
+    # broadcasts them before sharding: sharding.shard_module); from
     # here each rank draws its own dropout/augmentation stream (restored on resume).
     seed_rank_streams(trainer.seed, fabric.global_rank)
     optimizer, scheduler = unpack_optimizers(module.configure_optimizers())

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch import nn
 
 from kiln.core.compile import repeated_blocks
-from kiln.core.config import FSDPConfig, TrainerConfig
+from kiln.core.config import CPU_OFFLOAD_NEEDS_CUDA, FSDPConfig, TrainerConfig
 
 log = logging.getLogger(__name__)
 
@@ -79,14 +79,16 @@ def shard_module(
     """
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-    _broadcast_from_rank0(module)
     mesh = _mesh(device_mesh, options.sharding, num_nodes)
+    _broadcast_from_rank0(module, mesh.device_type)
     kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": options.reshard_after_forward}
     if precision == "bf16-mixed":  # bf16 compute and gather, fp32 reduce and master weights
         kwargs["mp_policy"] = MixedPrecisionPolicy(
             param_dtype=torch.bfloat16, reduce_dtype=torch.float32
         )
     if options.cpu_offload:
+        if mesh.device_type != "cuda":  # accelerator=auto on a machine without a GPU
+            raise ValueError(CPU_OFFLOAD_NEEDS_CUDA.format(mesh.device_type))
         kwargs["offload_policy"] = CPUOffloadPolicy()
     blocks = repeated_blocks(module)
     if not blocks:
@@ -120,12 +122,22 @@ def _mesh(device_mesh: Any, sharding: str, num_nodes: int) -> Any:
     )
 
 
-def _broadcast_from_rank0(module: nn.Module) -> None:
+def _broadcast_from_rank0(module: nn.Module, device_type: str) -> None:
+    """Rank 0's parameters and buffers on every rank, one tensor at a time through the
+    collective's device (the module is still on the CPU here: NCCL needs a GPU copy, and
+    the whole model need not fit one device)."""
     if not (dist.is_available() and dist.is_initialized()):
         return
+    device = torch.device(device_type)
+    if device_type == "cuda":
+        device = torch.device("cuda", torch.cuda.current_device())
     for tensor in [*module.parameters(), *module.buffers()]:
-        if tensor.device.type != "meta":
-            dist.broadcast(tensor.data, src=0)
+        if tensor.device.type == "meta":
+            continue
+        staged = tensor.data.to(device)  # no copy where it already lives there
+        dist.broadcast(staged, src=0)
+        if staged.data_ptr() != tensor.data_ptr():
+            tensor.data.copy_(staged)
 
 
 def through_root(model: Any, name: str) -> Callable[..., Any]:

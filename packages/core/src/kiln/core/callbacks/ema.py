@@ -53,6 +53,12 @@ class EMA:
     def on_loop_start(self, loop: Any) -> None:
         self._loop, self._last_step = loop, loop.global_step
         named = [(n, p) for n, p in loop.module.named_parameters() if p.requires_grad]
+        if any(type(p).__name__ == "DTensor" for _, p in named):
+            # each rank holds a shard, and the callback's state is saved from rank 0 only
+            raise ValueError(
+                "the EMA callback averages whole parameters on one device or under DDP; "
+                "trainer.strategy=fsdp shards them: drop the callback or use trainer.strategy=ddp"
+            )
         self._names = [n.replace(_COMPILED_PREFIX, "") for n, _ in named]
         self._params = [p for _, p in named]
         if self._loaded is not None:

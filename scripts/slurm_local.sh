@@ -238,6 +238,7 @@ remove_network() {
         ip link del "$BRIDGE"
         log "removed bridge $BRIDGE"
     fi
+    rmdir /etc/netns 2>/dev/null || true  # made for our hosts files; kept if anything else is in it
 }
 
 # run a command as if on node<i>: in its network namespace, with its hostname and /etc/hosts

@@ -261,7 +261,7 @@ def test_a_node_that_fails_mid_run_is_recorded_and_the_requeued_job_resumes_from
     record = summary(job_dir)
     assert record["status"] == "ok" and record["global_step"] == STEPS, record["error"]
     failed, resumed = record["attempts"]
-    assert failed["ended"] == "failed"
+    assert failed["ended"] == "failed" and "(node1)" in failed["error"], failed
     assert resumed["from_step"] == last and resumed["ended"] == "ok", record["attempts"]
     assert resumed["nodes"] == ["node0", "node1"]
     _, plain = two_nodes_one_task_each

@@ -3,7 +3,7 @@
 #   make test    the fast tier of the test suite (under 10 minutes)
 #   make test-all  the full tier: + real-process and SLURM tests (what CI runs)
 #   make bench   a small compile x precision benchmark sweep on the CPU, and its report
-#   make test-slurm  start a local single-node SLURM cluster (root), then the `slurm` tests
+#   make test-slurm  start a local two-node SLURM cluster (root), then the `slurm` tests
 # Both install what they need first (uv itself included) from the committed uv.lock.
 
 PYTHON ?= python3
@@ -49,7 +49,7 @@ test-slow: setup
 	$(RUN) pytest -m "slow or gpu" $(ARGS)
 
 test-slurm: setup
-	scripts/slurm_local.sh
+	scripts/slurm_local.sh --nodes 2
 	$(RUN) pytest -m slurm $(ARGS)
 
 # The leading '-' lets the report run when a job failed: the sweep then exits 1, and the

@@ -10,6 +10,7 @@ from kiln.core.machine import (
     calibrate,
     calibration_dtype,
     describe_machine,
+    expand_hostlist,
     load_sample,
 )
 
@@ -42,3 +43,29 @@ def test_calibration_runs_at_the_precision_in_well_under_a_second(precision, dty
 def test_an_unknown_precision_names_the_valid_ones():
     with pytest.raises(ValueError, match=r"precision='fp8' is not valid; choose one of: 64-true"):
         calibration_dtype("fp8")
+
+
+@pytest.mark.parametrize(
+    ("hostlist", "names"),
+    [
+        ("node[0-1]", ["node0", "node1"]),
+        ("vm", ["vm"]),
+        ("node[0-1],gpu[08-10,12]", ["node0", "node1", "gpu08", "gpu09", "gpu10", "gpu12"]),
+        ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]),
+    ],
+)
+def test_a_slurm_hostlist_expands_to_every_node_as_scontrol_does(hostlist, names):
+    assert expand_hostlist(hostlist) == names
+
+
+@pytest.mark.parametrize("hostlist", ["node[0-1", "node[a-b]", "node[1-]"])
+def test_a_bad_slurm_hostlist_is_named(hostlist):
+    with pytest.raises(ValueError, match="SLURM hostlist"):
+        expand_hostlist(hostlist)
+
+
+def test_the_machine_block_names_every_node_of_a_slurm_job(monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node[0-1]")
+    machine = describe_machine()
+    assert machine["slurm_nodelist"] == "node[0-1]"
+    assert machine["slurm_nodes"] == ["node0", "node1"]

@@ -56,3 +56,11 @@ def test_job_table_without_flops_telemetry_says_so(tmp_path):
     for key in ("flops_per_step", "achieved_flops_per_s", "mfu"):
         del summary["telemetry"][key]
     assert "n/a (flops not counted)" in render(summary)
+
+
+def test_an_error_with_brackets_is_printed_as_it_is(tmp_path):
+    """gloo's errors start with ``[/path/pair.cc:561]``, which rich read as a closing tag and
+    raised MarkupError at the end of a failed multi-node job."""
+    error = "RuntimeError: [/__w/gloo/pair.cc:561] Connection closed by peer [10.77.0.11]:1"
+    summary = {**job_summary(tmp_path, None, 0), "status": "failed", "error": error}
+    assert error in render(summary).replace("\n", "")

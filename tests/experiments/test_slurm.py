@@ -1,19 +1,19 @@
-"""kiln-train on a real SLURM cluster (``scripts/slurm_local.sh``: one node, 2 CPUs).
+"""kiln-train on a real SLURM cluster (``scripts/slurm_local.sh``), one node per job.
 
 Run with ``make test-slurm`` (starts the cluster first); skipped where ``sbatch`` is missing.
-Every job is two SLURM tasks (``--ntasks-per-node=2``) training one gloo DDP job on the CPU.
+Every job is two SLURM tasks on one node (``--ntasks-per-node=2``) training one gloo DDP job
+on the CPU; ``test_slurm_multinode.py`` has the jobs that span nodes.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from slurm_helpers import end, start_sweep, task_logs, task_results, wait_for_log, wait_for_step
 from train_helpers import explain, job_dirs, run_train, summary
 
 from kiln.experiments.tracking import wandb_files
@@ -29,33 +29,6 @@ TWO_TASKS = [
     "trainer.max_steps=4",
     "compile.backend=aot_eager",
 ]
-
-
-def task_logs(job_dir: Path) -> dict[int, str]:
-    """Each SLURM task's submitit log (stdout and stderr) for one Hydra job, by global rank."""
-    folders = [
-        d
-        for d in (job_dir.parent / ".submitit").iterdir()
-        if d.name.endswith(f"_{job_dir.name}")  # <array job id>_<array index>
-    ]
-    assert len(folders) == 1, folders
-    logs: dict[int, str] = {}
-    for out in sorted(folders[0].glob("*_log.out")):
-        rank = int(out.name.split("_")[-2])  # <job>_<index>_<rank>_log.out
-        logs[rank] = out.read_text() + out.with_name(out.name[: -len("out")] + "err").read_text()
-    return logs
-
-
-def task_results(job_dir: Path) -> list[str]:
-    """Each SLURM task's submitit outcome (``success`` or ``error``) for one Hydra job."""
-    folder = next(
-        d for d in (job_dir.parent / ".submitit").iterdir() if d.name.endswith(f"_{job_dir.name}")
-    )
-    outcomes = []
-    for path in sorted(folder.glob("*_result.pkl")):
-        with path.open("rb") as f:
-            outcomes.append(pickle.load(f)[0])
-    return outcomes
 
 
 def test_two_job_sweep_runs_each_job_as_two_slurm_tasks(tmp_path):
@@ -109,43 +82,6 @@ def test_one_slurm_task_for_two_devices_fails_naming_both_numbers(tmp_path):
     assert record["global_step"] == 0 and not record["history"]
 
 
-def _wait_for_log(sweep: subprocess.Popen, sweep_dir: Path, text: str) -> str:
-    """Wait until the job's rank-0 task log shows ``text``; returns the SLURM job id."""
-    deadline = time.monotonic() + 900
-    while True:
-        assert sweep.poll() is None and time.monotonic() < deadline, f"no {text!r} in time"
-        logs = list(sweep_dir.glob(".submitit/*/*_0_log.out"))  # rank 0
-        if logs and text in logs[0].read_text():
-            return logs[0].parent.name
-        time.sleep(0.05)
-
-
-def _wait_for_step(sweep: subprocess.Popen, sweep_dir: Path, step: int) -> str:
-    """Wait until the job's task log shows ``step``; returns the SLURM job id."""
-    return _wait_for_log(sweep, sweep_dir, f"step {step}/")
-
-
-def _start_sweep(tmp_path: Path, args: list[str]) -> tuple[subprocess.Popen, Path]:
-    """``kiln-train -m launcher=slurm <args>`` in the background (its output in sweep.log)."""
-    slurm = ["-m", "launcher=slurm", "hydra.launcher.partition=debug", *args]
-    sweep_dir = tmp_path / "slurm"
-    env = {**os.environ, "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
-    cmd = [sys.executable, "-m", "kiln.experiments.train", *slurm, f"hydra.sweep.dir={sweep_dir}"]
-    log = (tmp_path / "sweep.log").open("w")
-    sweep = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
-    return sweep, sweep_dir
-
-
-def _end(sweep: subprocess.Popen, timeout: float) -> None:
-    """Wait for the sweep (killed, with its SLURM jobs left alone, when it overruns)."""
-    try:
-        sweep.wait(timeout=timeout)
-    finally:
-        if sweep.poll() is None:
-            sweep.kill()
-            sweep.wait()
-
-
 STARTING = ["trainer.accelerator=cpu", "debug=fast", "trainer.max_steps=4"]
 STARTING += ["compile.backend=aot_eager"]
 
@@ -154,10 +90,10 @@ def test_usr2_while_the_job_starts_requeues_it(tmp_path):
     """USR2 while submitit loads the job's pickle (before submitit or kiln installed a
     handler) must not kill the tasks: the job's first act defers it, submitit requeues the
     job once it can, and the sweep ends ok."""
-    sweep, sweep_dir = _start_sweep(tmp_path, TWO_TASKS[2:])
-    job_id = _wait_for_log(sweep, sweep_dir, "Loading pickle")
+    sweep, sweep_dir = start_sweep(tmp_path, TWO_TASKS[2:])
+    job_id = wait_for_log(sweep, sweep_dir, "Loading pickle")
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=60)
-    _end(sweep, timeout=900)
+    end(sweep, timeout=900)
     output = (tmp_path / "sweep.log").read_text()[-6000:]
     assert sweep.returncode == 0, output
     record = summary(sweep_dir / "0")
@@ -177,10 +113,10 @@ def test_usr2_while_the_job_starts_requeues_it(tmp_path):
 def test_a_job_killed_while_it_starts_fails_the_sweep_instead_of_a_wait_for_ever(tmp_path):
     """A job that dies without a result (SIGKILL, here at start-up) is one SLURM no longer
     runs: without accounting (no ``sacct``) submitit read its state UNKNOWN for ever."""
-    sweep, sweep_dir = _start_sweep(tmp_path, STARTING)
-    job_id = _wait_for_log(sweep, sweep_dir, "Loading pickle")
+    sweep, sweep_dir = start_sweep(tmp_path, STARTING)
+    job_id = wait_for_log(sweep, sweep_dir, "Loading pickle")
     subprocess.run(["scancel", "--signal=KILL", job_id], check=True, timeout=60)
-    _end(sweep, timeout=300)
+    end(sweep, timeout=300)
     output = (tmp_path / "sweep.log").read_text()
     assert sweep.returncode == 1, output[-6000:]
     assert f"SLURM job {job_id} (sweep job #0" in output, output[-6000:]
@@ -201,8 +137,8 @@ def test_usr2_requeues_the_job_which_resumes_exactly_in_one_wandb_run(tmp_path):
         "trainer.checkpoint_every_n_steps=1000",
         "trainer.log_every_n_steps=1",
     ]
-    sweep, sweep_dir = _start_sweep(tmp_path, args)
-    job_id = _wait_for_step(sweep, sweep_dir, 2)
+    sweep, sweep_dir = start_sweep(tmp_path, args)
+    job_id = wait_for_step(sweep, sweep_dir, 2)
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=60)
     sweep.wait(timeout=1500)
     assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]

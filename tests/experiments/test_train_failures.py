@@ -125,6 +125,19 @@ def test_a_worker_failure_is_one_line_naming_the_exception_and_the_rank():
     assert one_line_reason(KeyError("x")) == "KeyError: 'x'"
 
 
+def test_a_lost_peer_is_named_by_its_host():
+    """gloo names a dead peer by address only; a multi-node job's record names the node."""
+    exc = RuntimeError(
+        "[gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:27286. This is "
+        "typically caused by a remote worker crashing."
+    )
+    assert "Connection closed by peer [127.0.0.1]:27286 (localhost). This" in one_line_reason(exc)
+    reset = RuntimeError("[pair.cc:545] Read error [127.0.0.1]:38559: Connection reset by peer.")
+    assert "Read error [127.0.0.1]:38559 (localhost): Connection reset" in one_line_reason(reset)
+    unnamed = RuntimeError("Connection closed by peer [192.0.2.123]:1")  # no name: left as is
+    assert one_line_reason(unnamed) == "RuntimeError: Connection closed by peer [192.0.2.123]:1"
+
+
 def test_a_failed_fit_keeps_its_progress():
     exc = RuntimeError("loss is nan at step 3")
     exc.kiln_result = FitResult(global_step=2, epoch=0, history=[{"step": 1}, {"step": 2}])

@@ -28,8 +28,9 @@ if SlurmLauncher is not None:
         """``SlurmLauncher`` with kiln's job entry and its submitter's watch on SLURM."""
 
         def __call__(self, *args: Any, **kwargs: Any) -> Any:
-            from kiln.experiments.slurm import replay_deferred_signal
+            from kiln.experiments.slurm import forget_earlier_result, replay_deferred_signal
 
+            forget_earlier_result()  # a requeued attempt's result is this attempt's alone
             replay_deferred_signal()  # in the job: submitit's handlers are in place now
             return super().__call__(*args, **kwargs)
 

@@ -95,11 +95,13 @@ def describe_machine() -> dict[str, Any]:
         process may run on) and ``affinity``, ``gpu_names``/``gpu_count``/``gpu_driver``/
         ``gpu_cuda_driver`` (NVML; empty on a CPU machine), ``torch``, ``cuda`` (torch's
         build), ``cudnn``, ``python``, and ``slurm_job_id``/``slurm_nodelist`` (``None``
-        outside SLURM).
+        outside SLURM) with ``slurm_nodes``, every node of the job by name (``[]`` outside
+        SLURM; ``hostname`` is the recording rank's own).
     """
     import torch
 
     affinity = _affinity()
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
         "hostname": socket.gethostname(),
@@ -113,8 +115,52 @@ def describe_machine() -> dict[str, Any]:
         "cudnn": cudnn,
         "python": platform.python_version(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-        "slurm_nodelist": os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST"),
+        "slurm_nodelist": nodelist,
+        "slurm_nodes": expand_hostlist(nodelist) if nodelist else [],
     }
+
+
+def expand_hostlist(hostlist: str) -> list[str]:
+    """The node names of a SLURM hostlist, in order, as ``scontrol show hostnames`` prints them.
+
+    ``"node[0-1],gpu[08-10,12]"`` -> ``node0 node1 gpu08 gpu09 gpu10 gpu12``; zero padding is
+    kept, and several bracket groups in one name (``rack[1-2]-n[1-2]``) expand to every pair.
+
+    Raises:
+        ValueError: A bracket is not closed or a range is not ``<int>`` or ``<int>-<int>``.
+    """
+    names: list[str] = []
+    depth, start = 0, 0
+    for i, char in enumerate(hostlist + ","):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            if hostlist[start:i]:
+                names += _expand_name(hostlist[start:i], hostlist)
+            start = i + 1
+    if depth:
+        raise ValueError(f"SLURM hostlist {hostlist!r} has an unclosed '['")
+    return names
+
+
+def _expand_name(name: str, hostlist: str) -> list[str]:
+    if "[" not in name:
+        return [name]
+    head, _, rest = name.partition("[")
+    body, closed, tail = rest.partition("]")
+    if not closed:
+        raise ValueError(f"SLURM hostlist {hostlist!r} has an unclosed '[' in {name!r}")
+    suffixes = _expand_name(tail, hostlist) if tail else [""]
+    expanded = []
+    for part in body.split(","):
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ValueError(
+                f"SLURM hostlist {hostlist!r}: {part!r} is not a number or a range like 01-04"
+            )
+        width = len(low)
+        for number in range(int(low), int(high or low) + 1):
+            expanded += [f"{head}{number:0{width}d}{suffix}" for suffix in suffixes]
+    return expanded
 
 
 FINGERPRINT_KEYS = ("hostname", "cpu_model", "affinity_cores", "gpu_names", "gpu_driver", "torch")

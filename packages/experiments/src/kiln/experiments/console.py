@@ -7,6 +7,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kiln.experiments.job import RECORD_KINDS
@@ -75,7 +76,8 @@ def job_table(summary: dict[str, Any] | TrainRecord) -> Table:
         unit = _TELEMETRY_UNITS.get(key, "")
         table.add_row(f"telemetry/{key}", f"{fmt(value)} {unit}".strip(), style="dim")
     if rec.error:
-        table.add_row("error", rec.error, style="red")
+        # escaped: an error is no markup ("[/__w/.../pair.cc:561] Connection closed by peer")
+        table.add_row("error", escape(rec.error), style="red")
     if rec.traceback_file:
         table.add_row("traceback", rec.traceback_file, style="dim")
     table.caption = f"run: {rec.run_name}\noutputs: {rec.output_dir}"
@@ -107,7 +109,7 @@ def sweep_table(sweep_dir: str, jobs: list[SweepJob]) -> Table:
             (record[k.reason_key] for k in RECORD_KINDS if record.get(k.reason_key)), None
         )
         if reason:
-            result = str(reason)
+            result = escape(str(reason))
         elif metrics:
             result = ", ".join(f"{k}={fmt(v)}" for k, v in sorted(metrics.items())[:2])
         else:

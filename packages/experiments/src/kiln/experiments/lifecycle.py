@@ -26,7 +26,9 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
+import socket
 import sys
 import threading
 import traceback
@@ -57,8 +59,28 @@ def one_line_reason(exc: BaseException) -> str:
     launch = sys.modules.get("kiln.core.launch")
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     if launch is not None and isinstance(exc, launch.WorkerFailedError) and len(lines) > 1:
-        return f"{lines[-1]} (in {lines[0].rstrip(':')})"
-    return f"{type(exc).__name__}: {' '.join(lines)}"
+        return name_peers(f"{lines[-1]} (in {lines[0].rstrip(':')})")
+    return name_peers(f"{type(exc).__name__}: {' '.join(lines)}")
+
+
+# a peer as gloo names it: "Connection closed by peer [10.77.0.11]:27286", "Read error
+# [10.77.0.11]:38559: Connection reset by peer"
+_PEER = re.compile(r"(\[([0-9a-fA-F.:]+)\]:\d+)")
+
+
+def name_peers(reason: str) -> str:
+    """``reason`` with the host name after each peer address gloo names (``Connection closed
+    by peer [10.77.0.11]:27286`` -> ``... (node1)``): on a multi-node job, the node that was
+    lost."""
+
+    def named(match: re.Match[str]) -> str:
+        try:
+            host = socket.gethostbyaddr(match.group(2))[0]
+        except OSError:  # no name for it: the address says what there is
+            return match.group(1)
+        return f"{match.group(1)} ({host})"
+
+    return _PEER.sub(named, reason)
 
 
 class Terminated(SystemExit):

@@ -89,6 +89,15 @@ def replay_deferred_signal() -> None:
         signal.raise_signal(signum)  # the Python handler runs before this returns
 
 
+def forget_earlier_result() -> None:
+    """In the job: remove this task's result file of an earlier attempt. SLURM requeues a job
+    that lost a node, whose rank 0 had ended that attempt with a result; once the new
+    attempt's other tasks wrote theirs, the submitter would read that stale one as the job's."""
+    import submitit
+
+    submitit.JobEnvironment().paths.result_pickle.unlink(missing_ok=True)
+
+
 def job_command(python: str = sys.executable) -> str:
     """What submitit's executor runs in place of ``python`` (see the module doc)."""
     import shlex
@@ -126,6 +135,19 @@ def _log_tail(job: Any) -> str:
     return lines[-1].strip() if lines else "an empty log"
 
 
+def _without_result(job: Any) -> str:
+    """What of a lost job left no result: all of it, or some tasks (a node lost under a
+    multi-node job, whose rank 0 recorded how the job ended)."""
+    tasks = getattr(job, "num_tasks", 1)
+    missing = [i for i in range(tasks) if not job.task(i).paths.result_pickle.exists()]
+    if tasks == 1 or 0 in missing:
+        return " without a result: it died before kiln could record it"
+    return (
+        f" with task(s) {missing} of {tasks} without a result (a node or a task lost); its "
+        "rank 0 recorded the job (summary.json), and a re-run resumes it"
+    )
+
+
 def wait_for_results(jobs: Sequence[Any], names: Sequence[str]) -> list[Any]:
     """Each submitit job's first task's result, waiting until every job ended.
 
@@ -157,8 +179,7 @@ def wait_for_results(jobs: Sequence[Any], names: Sequence[str]) -> list[Any]:
         lines = [
             f"SLURM job {job.job_id} (sweep job {name}) ended "
             f"{'(no longer known to SLURM)' if lost[job.job_id] == 'gone' else lost[job.job_id]}"
-            f" without a result: it died before kiln could record it; {job.paths.stderr} "
-            f"ends: {_log_tail(job)}"
+            f"{_without_result(job)}; {job.paths.stderr} ends: {_log_tail(job)}"
             for job, name in zip(jobs, names, strict=True)
             if job.job_id in lost
         ]

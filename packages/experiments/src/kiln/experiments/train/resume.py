@@ -244,9 +244,25 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
+def _where() -> dict[str, Any]:
+    """Where this attempt runs: the writing rank's host and, under SLURM, the job id and every
+    node of the job (a node failure names the nodes the attempt had)."""
+    import socket
+
+    from kiln.core.machine import expand_hostlist
+
+    where: dict[str, Any] = {"host": socket.gethostname()}
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    if nodelist:
+        where["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
+        where["nodes"] = expand_hostlist(nodelist)
+    return where
+
+
 def begin_attempt(job_dir: str) -> list[dict[str, Any]]:
     """Add this attempt to ``attempts.json`` (marking an earlier one that left no end as
-    ``killed``) and return the list; its ``from_step`` is set once the resume is checked."""
+    ``killed``) and return the list; its ``from_step`` is set once the resume is checked.
+    Each attempt names its ``host`` and, under SLURM, its ``slurm_job_id`` and ``nodes``."""
     path = Path(job_dir) / ATTEMPTS_FILE
     try:
         attempts = json.loads(path.read_text())
@@ -255,7 +271,9 @@ def begin_attempt(job_dir: str) -> list[dict[str, Any]]:
     for attempt in attempts:
         if attempt.get("ended") is None:
             attempt["ended"] = "killed"
-    attempts.append({"started_at": _now(), "from_step": None, "pid": os.getpid(), "ended": None})
+    attempts.append(
+        {"started_at": _now(), "from_step": None, "pid": os.getpid(), **_where(), "ended": None}
+    )
     write_job_json(path, attempts)
     return attempts
 

@@ -185,6 +185,8 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             if end == "failed" and life.refused:  # nothing trained: the record stays
                 end = "refused"
                 details = {k: life.record[k] for k in ("error", "error_stage")}
+            elif end == "failed":  # kept once a later attempt ends ok (a lost node's name)
+                details = {"error": life.record.get("error")}
             step = TrainRecord.from_json(life.record).global_step
             job_resume.end_attempt(job.output_dir, attempts, end, step, **details)
             life.record["attempts"] = attempts

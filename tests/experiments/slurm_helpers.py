@@ -1,0 +1,77 @@
+"""Helpers for the ``slurm`` tests: submit kiln-train to the local cluster, read its tasks."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def task_folder(job_dir: Path) -> Path:
+    """submitit's folder of one Hydra job's SLURM job: ``<array job id>_<array index>``, or
+    ``<job id>`` when the sweep is a single job (no array)."""
+    folders = list((job_dir.parent / ".submitit").iterdir())
+    tasks = [d for d in folders if d.name.endswith(f"_{job_dir.name}")]
+    if not tasks and job_dir.name == "0":  # a one-job sweep is no array: <job id>
+        tasks = [d for d in folders if d.name.isdigit()]
+    assert len(tasks) == 1, folders
+    return tasks[0]
+
+
+def task_logs(job_dir: Path) -> dict[int, str]:
+    """Each SLURM task's submitit log (stdout and stderr) for one Hydra job, by global rank."""
+    logs: dict[int, str] = {}
+    for out in sorted(task_folder(job_dir).glob("*_log.out")):
+        rank = int(out.name.split("_")[-2])  # <job>[_<index>]_<rank>_log.out
+        logs[rank] = out.read_text() + out.with_name(out.name[: -len("out")] + "err").read_text()
+    return logs
+
+
+def task_results(job_dir: Path) -> list[str]:
+    """Each SLURM task's submitit outcome (``success`` or ``error``) for one Hydra job, by rank."""
+    paths = task_folder(job_dir).glob("*_result.pkl")
+    outcomes = []
+    for path in sorted(paths, key=lambda p: int(p.name.split("_")[-2])):
+        with path.open("rb") as f:
+            outcomes.append(pickle.load(f)[0])
+    return outcomes
+
+
+def wait_for_log(sweep: subprocess.Popen, sweep_dir: Path, text: str) -> str:
+    """Wait until the job's rank-0 task log shows ``text``; returns the SLURM job id."""
+    deadline = time.monotonic() + 900
+    while True:
+        assert sweep.poll() is None and time.monotonic() < deadline, f"no {text!r} in time"
+        logs = list(sweep_dir.glob(".submitit/*/*_0_log.out"))  # rank 0
+        if logs and text in logs[0].read_text():
+            return logs[0].parent.name
+        time.sleep(0.05)
+
+
+def wait_for_step(sweep: subprocess.Popen, sweep_dir: Path, step: int) -> str:
+    """Wait until the job's task log shows ``step``; returns the SLURM job id."""
+    return wait_for_log(sweep, sweep_dir, f"step {step}/")
+
+
+def start_sweep(tmp_path: Path, args: list[str]) -> tuple[subprocess.Popen, Path]:
+    """``kiln-train -m launcher=slurm <args>`` in the background (its output in sweep.log)."""
+    slurm = ["-m", "launcher=slurm", "hydra.launcher.partition=debug", *args]
+    sweep_dir = tmp_path / "slurm"
+    env = {**os.environ, "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
+    cmd = [sys.executable, "-m", "kiln.experiments.train", *slurm, f"hydra.sweep.dir={sweep_dir}"]
+    log = (tmp_path / "sweep.log").open("w")
+    sweep = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    return sweep, sweep_dir
+
+
+def end(sweep: subprocess.Popen, timeout: float) -> None:
+    """Wait for the sweep (killed, with its SLURM jobs left alone, when it overruns)."""
+    try:
+        sweep.wait(timeout=timeout)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()

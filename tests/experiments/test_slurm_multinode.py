@@ -1,0 +1,364 @@
+"""kiln-train across two SLURM nodes: ``scripts/slurm_local.sh`` (``--nodes 2``, the default)
+runs node0 and node1, one slurmd each in its own network namespace on a private bridge.
+
+A job of ``trainer.num_nodes=2`` is one SLURM job whose ranks rendezvous at the first node's
+address and train one gloo process group across the two namespaces. Its results are compared
+with one node holding all the devices: float64 (``precision=64-true``) and the same global
+batch, so the two must agree bit for bit. Skipped on a cluster of fewer than two nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from slurm_helpers import end, start_sweep, task_logs, task_results, wait_for_step
+from train_helpers import explain, job_dirs, run_train, summary, user_env
+
+from kiln.experiments.tracking import wandb_files
+
+ROOT = Path(__file__).resolve().parents[2]
+SLURM_LOCAL = ROOT / "scripts" / "slurm_local.sh"
+
+
+def _cluster_nodes() -> list[str]:
+    try:
+        out = subprocess.run(
+            ["sinfo", "-h", "-N", "-p", "debug", "-o", "%N"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return sorted(set(out.split()))
+
+
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.skipif(
+        len(_cluster_nodes()) < 2,
+        reason="needs a SLURM cluster of 2 nodes: sudo scripts/slurm_local.sh --nodes 2",
+    ),
+]
+
+STEPS = 12
+# the same job on any launcher: float64, a few steps, a loss logged at every step
+JOB = [
+    "trainer.accelerator=cpu",
+    "debug=fast",
+    f"trainer.max_steps={STEPS}",
+    "compile=none",
+    "precision=64-true",
+    "trainer.log_every_n_steps=1",
+    "trainer.checkpoint_every_n_steps=1000",  # only the last step (and a stop) checkpoints
+]
+TWO_NODES = ["launcher=slurm", "hydra.launcher.partition=debug", "trainer.num_nodes=2"]
+
+
+def final_weights(record: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The model tensors of the job's last checkpoint."""
+    return torch.load(record["checkpoint"], map_location="cpu", weights_only=False)["model"]
+
+
+def assert_same_weights(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+    assert got.keys() == expected.keys()
+    for name in expected:
+        assert got[name].dtype == torch.float64, name
+        assert torch.equal(got[name], expected[name]), name
+
+
+def two_node_job(log_dir: Path, devices: int) -> tuple[Path, dict[str, Any], float]:
+    """``kiln-train -m launcher=slurm trainer.num_nodes=2 trainer.devices=<devices>``: its one
+    job's directory and record, and how long the sweep took."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    proc = run_train(["-m", *TWO_NODES, *JOB, f"trainer.devices={devices}"], log_dir, timeout=1500)
+    elapsed = time.perf_counter() - started
+    assert proc.returncode == 0, explain(proc)
+    dirs = job_dirs(log_dir)
+    assert len(dirs) == 1, dirs
+    return dirs[0], summary(dirs[0]), elapsed
+
+
+def one_node_job(log_dir: Path, devices: int) -> dict[str, Any]:
+    """The same job on this machine alone: one node, ``devices`` local worker processes."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    proc = run_train([*JOB, f"trainer.devices={devices}"], log_dir, timeout=1500)
+    assert proc.returncode == 0, explain(proc)
+    return summary(job_dirs(log_dir)[0])
+
+
+@pytest.fixture(scope="module")
+def two_nodes_one_task_each(tmp_path_factory) -> tuple[Path, dict[str, Any]]:
+    """One uninterrupted 2-node job of one rank per node (the reference of the preemption)."""
+    job_dir, record, elapsed = two_node_job(tmp_path_factory.mktemp("two-nodes"), devices=1)
+    print(f"2-node SLURM job (2 ranks, {STEPS} steps): {elapsed:.0f}s")
+    return job_dir, record
+
+
+def check_two_node_job(job_dir: Path, record: dict[str, Any], devices: int) -> None:
+    """One job of ``2 x devices`` ranks on node0 and node1, one record and one W&B run."""
+    ranks = 2 * devices
+    assert record["status"] == "ok", record["error"]
+    assert (record["devices"], record["global_step"]) == (ranks, STEPS)
+    # every rank on its node (submitit's environment line), all in one process group
+    logs = task_logs(job_dir)
+    assert sorted(logs) == list(range(ranks)), logs.keys()
+    for rank, log in logs.items():
+        node = rank // devices
+        assert f"hostname=node{node}, " in log, log[-3000:]
+        assert f"node={node}(2), global_rank={rank}({ranks})" in log, log[-3000:]
+        assert f"GLOBAL_RANK: {rank}, MEMBER: {rank + 1}/{ranks}" in log, log[-3000:]
+    assert task_results(job_dir) == ["success"] * ranks
+    # the record names both nodes; rank 0 (the writer) ran on the first
+    machine = record["machine"]
+    assert machine["slurm_nodes"] == ["node0", "node1"], machine
+    assert machine["hostname"] == "node0"
+    assert record["attempts"][0]["nodes"] == ["node0", "node1"]
+    # one W&B run, one summary.json, written by rank 0 only
+    runs = sorted((job_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1, runs
+    assert f"devices:{ranks}" in wandb_files.read_run(runs[0])["tags"]
+    assert sorted(p.name for p in job_dir.parent.glob("*/summary.json")) == ["summary.json"]
+
+
+def test_a_two_node_job_trains_as_one_node_with_both_devices(two_nodes_one_task_each, tmp_path):
+    job_dir, record = two_nodes_one_task_each
+    check_two_node_job(job_dir, record, devices=1)
+    one = one_node_job(tmp_path, devices=2)
+    assert record["history"] == one["history"]  # every step's loss, lr and gradient norm
+    assert_same_weights(final_weights(record), final_weights(one))
+
+
+@pytest.mark.slow  # 7 min on 2 busy cores; the 2-rank test above proves the same in make test-all
+def test_two_nodes_of_two_ranks_train_as_one_node_with_four_devices(tmp_path):
+    job_dir, record, elapsed = two_node_job(tmp_path / "two", devices=2)
+    print(f"2-node SLURM job (4 ranks, {STEPS} steps): {elapsed:.0f}s")
+    check_two_node_job(job_dir, record, devices=2)
+    one = one_node_job(tmp_path / "one", devices=4)
+    assert record["history"] == one["history"]
+    assert_same_weights(final_weights(record), final_weights(one))
+
+
+def test_usr2_stops_both_nodes_at_one_step_and_the_requeued_job_resumes_exactly(
+    two_nodes_one_task_each, tmp_path
+):
+    """``scancel --signal=USR2`` of the 2-node job mid-run: both ranks stop at the same step
+    with a checkpoint, submitit requeues the job, which resumes on both nodes into the same
+    job directory and W&B run and ends as the uninterrupted 2-node job does, bit for bit."""
+    started = time.perf_counter()
+    sweep, sweep_dir = start_sweep(tmp_path, [*TWO_NODES[2:], *JOB, "trainer.devices=1"])
+    job_id = wait_for_step(sweep, sweep_dir, 2)
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=60)
+    end(sweep, timeout=1500)
+    print(f"2-node job preempted once and resumed: {time.perf_counter() - started:.0f}s")
+    assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
+    job_dir = sweep_dir / "0"
+    record = summary(job_dir)
+    assert record["status"] == "ok" and record["global_step"] == STEPS, record["error"]
+    first, second = record["attempts"]
+    assert first["ended"] == "requeued", record["attempts"]
+    assert 2 <= first["at_step"] == second["from_step"] < STEPS, record["attempts"]
+    assert second["ended"] == "ok"
+    assert first["nodes"] == second["nodes"] == ["node0", "node1"]
+    assert first["slurm_job_id"] == second["slurm_job_id"] == job_id
+    # both ranks (one per node) took the signal and stopped at that step, with its checkpoint
+    logs = task_logs(job_dir)
+    for rank in (0, 1):
+        assert "SIGUSR2: stopping at the next step boundary" in logs[rank], logs[rank][-3000:]
+    assert (job_dir / "checkpoints" / f"step-{first['at_step']:08d}.ckpt").is_file()
+    # one W&B run over both attempts, each step's row once
+    run_id = (job_dir / "wandb_run_id").read_text().strip()
+    files = sorted((job_dir / "wandb").glob("*run-*-*/*.wandb"))
+    assert len(files) == 2 and {wandb_files.read_run(f)["id"] for f in files} == {run_id}
+    rows = [r for f in files for r in wandb_files.read_history(f) if "train/loss" in r]
+    assert sorted(r["trainer/global_step"] for r in rows) == list(range(1, STEPS + 1))
+    # the uninterrupted 2-node job: the same losses at every step and the same weights
+    _, plain = two_nodes_one_task_each
+    assert record["history"] == plain["history"]
+    assert record["metrics"] == plain["metrics"]
+    assert_same_weights(final_weights(record), final_weights(plain))
+
+
+def _fail_node(node: str) -> None:
+    """What a node failure does to a job: node<i>'s slurmd stops and its tasks die."""
+    pidfile = Path(f"/run/slurm/slurmd-{node}.pid")
+    os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    pids = subprocess.run(
+        ["ip", "netns", "pids", f"kiln-{node}"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _wait_for_record(sweep: subprocess.Popen, job_dir: Path, status: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 300
+    while True:
+        assert sweep.poll() is None and time.monotonic() < deadline, f"no {status!r} record"
+        try:
+            record = summary(job_dir)
+        except (OSError, ValueError):  # not written yet, or being written
+            record = {}
+        if record.get("status") == status:
+            return record
+        time.sleep(0.5)
+
+
+def _wait_for_job(sweep: subprocess.Popen, job_id: str, text: str) -> str:
+    deadline = time.monotonic() + 300
+    while True:
+        assert sweep.poll() is None and time.monotonic() < deadline, f"job {job_id}: no {text}"
+        job = subprocess.run(
+            ["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=60
+        ).stdout
+        if text in job:
+            return job
+        time.sleep(1)
+
+
+def test_a_node_that_fails_mid_run_is_recorded_and_the_requeued_job_resumes_from_a_checkpoint(
+    two_nodes_one_task_each, tmp_path
+):
+    """node1 fails mid-run (its slurmd and its tasks killed): rank 0 records the attempt
+    ``failed``, naming the lost node and the job's nodes; SLURM requeues the job (its default
+    for a node failure) and once the node is back the job resumes from its last checkpoint
+    on both nodes and ends as the uninterrupted job does."""
+    args = [*TWO_NODES[2:], *JOB, "trainer.devices=1", "trainer.checkpoint_every_n_steps=2"]
+    sweep, sweep_dir = start_sweep(tmp_path, args)
+    job_dir = sweep_dir / "0"
+    try:
+        job_id = wait_for_step(sweep, sweep_dir, 5)  # checkpoints at steps 2 and 4 are written
+        _fail_node("node1")
+        record = _wait_for_record(sweep, job_dir, "failed")
+        (attempt,) = record["attempts"]
+        assert attempt["ended"] == "failed" and attempt["at_step"] >= 4, attempt
+        assert attempt["nodes"] == ["node0", "node1"] and attempt["slurm_job_id"] == job_id
+        assert attempt["host"] == "node0"
+        # gloo: "Connection closed by peer [10.77.0.11]:<port>" or "Read error [...]:<port>:
+        # Connection reset by peer", whichever side of the socket saw it first
+        assert re.search(r"\[10\.77\.0\.11\]:\d+ \(node1\)", record["error"]), record["error"]
+        checkpoints = sorted((job_dir / "checkpoints").glob("step-*.ckpt"))
+        last = int(checkpoints[-1].stem.split("-")[1])
+        assert last >= 4, checkpoints
+        # SLURM marks node1 DOWN once its slurmd missed SlurmdTimeout (20 s) and requeues
+        _wait_for_job(sweep, job_id, "Restarts=1")
+    finally:  # node1 comes back (its namespace is still there): slurmd restarts, it resumes
+        subprocess.run([str(SLURM_LOCAL)], check=True, timeout=300)
+    end(sweep, timeout=1500)
+    assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
+    record = summary(job_dir)
+    assert record["status"] == "ok" and record["global_step"] == STEPS, record["error"]
+    failed, resumed = record["attempts"]
+    assert failed["ended"] == "failed" and "(node1)" in failed["error"], failed
+    assert resumed["from_step"] == last and resumed["ended"] == "ok", record["attempts"]
+    assert resumed["nodes"] == ["node0", "node1"]
+    _, plain = two_nodes_one_task_each
+    assert record["history"] == plain["history"]
+    assert_same_weights(final_weights(record), final_weights(plain))
+
+
+def test_torchrun_with_one_agent_on_each_node_trains_as_the_slurm_job(
+    two_nodes_one_task_each, tmp_path
+):
+    """packages/experiments/README.md's multi-node torchrun recipe, run for real: one agent in
+    each node's namespace (``scripts/slurm_local.sh on node<i>``), a c10d rendezvous at node0,
+    gives the 2-node SLURM job's losses and weights."""
+    run_dir = tmp_path / "run"
+    env = {**user_env(), "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
+    agents = []
+    started = time.perf_counter()
+    for rank in (0, 1):
+        cmd = [
+            str(SLURM_LOCAL),
+            "on",
+            f"node{rank}",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=2",
+            "--nproc-per-node=1",
+            f"--node-rank={rank}",
+            "--rdzv-backend=c10d",
+            "--rdzv-endpoint=node0:29500",
+            "-m",
+            "kiln.experiments.train",
+            *JOB,
+            "trainer.num_nodes=2",
+            "trainer.devices=1",
+            f"hydra.run.dir={run_dir}",
+        ]
+        log = (tmp_path / f"node{rank}.log").open("w")
+        agents.append(
+            subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+        )
+    for agent in agents:
+        try:
+            agent.wait(timeout=1200)
+        finally:
+            if agent.poll() is None:
+                agent.kill()
+    print(f"torchrun on 2 nodes (2 ranks, {STEPS} steps): {time.perf_counter() - started:.0f}s")
+    logs = {rank: (tmp_path / f"node{rank}.log").read_text() for rank in (0, 1)}
+    assert [a.returncode for a in agents] == [0, 0], logs
+    record = summary(run_dir)
+    assert record["status"] == "ok", record["error"]
+    assert (record["devices"], record["global_step"]) == (2, STEPS)
+    assert record["machine"]["hostname"] in ("node0", "node1")  # rank 0 is who joined first
+    _, slurm = two_nodes_one_task_each
+    assert record["history"] == slurm["history"]
+    assert_same_weights(final_weights(record), final_weights(slurm))
+
+
+@pytest.mark.parametrize(
+    ("sharding", "devices"),
+    [("full", 1), ("hybrid", 2)],  # hybrid: shard within each node's 2 ranks, replicate across
+)
+def test_fsdp_across_two_nodes_is_preempted_and_resumes(
+    two_nodes_one_task_each, tmp_path, sharding, devices
+):
+    """``trainer.strategy=fsdp`` on both nodes: USR2 mid-run stops every rank at one step with
+    a sharded checkpoint (a file per rank), the requeued job resumes from it on both nodes,
+    in one W&B run, and ends; full sharding over 2 ranks follows the DDP job's losses."""
+    ranks = 2 * devices
+    fsdp = ["trainer.strategy=fsdp", f"trainer.fsdp.sharding={sharding}"]
+    args = [*TWO_NODES[2:], *JOB, f"trainer.devices={devices}", *fsdp]
+    started = time.perf_counter()
+    sweep, sweep_dir = start_sweep(tmp_path, args)
+    job_id = wait_for_step(sweep, sweep_dir, 2)
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=60)
+    end(sweep, timeout=1500)
+    elapsed = time.perf_counter() - started
+    print(f"2-node FSDP {sharding} ({ranks} ranks), preempted once: {elapsed:.0f}s")
+    assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
+    job_dir = sweep_dir / "0"
+    record = summary(job_dir)
+    assert record["status"] == "ok" and record["global_step"] == STEPS, record["error"]
+    assert record["devices"] == ranks
+    first, second = record["attempts"]
+    assert first["ended"] == "requeued" and second["ended"] == "ok", record["attempts"]
+    assert 2 <= first["at_step"] == second["from_step"] < STEPS, record["attempts"]
+    assert first["nodes"] == second["nodes"] == ["node0", "node1"]
+    for step in (first["at_step"], STEPS):  # sharded: every rank wrote its own file
+        checkpoint = job_dir / "checkpoints" / f"step-{step:08d}.ckpt"
+        assert sorted(p.name for p in checkpoint.glob("*.distcp")) == [
+            f"__{rank}_0.distcp" for rank in range(ranks)
+        ]
+    files = sorted((job_dir / "wandb").glob("*run-*-*/*.wandb"))
+    rows = [r for f in files for r in wandb_files.read_history(f) if "train/loss" in r]
+    assert sorted(r["trainer/global_step"] for r in rows) == list(range(1, STEPS + 1))
+    if (sharding, devices) == ("full", 1):
+        _, ddp = two_nodes_one_task_each
+        losses = [h["train/loss"] for h in record["history"]]
+        assert losses == pytest.approx([h["train/loss"] for h in ddp["history"]], rel=1e-9)

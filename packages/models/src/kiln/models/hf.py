@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from kiln.core.optional import require
 from kiln.models.classification import (
+    CLASSIFICATION_METRICS,
     classification_loss,
     classification_metrics,
     classification_outputs,
@@ -41,6 +42,9 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
                   num_key_value_heads=1, intermediate_size=64, max_position_embeddings=128),
 }  # fmt: skip
 """Test-sized configs per HF ``model_type`` (a few thousand parameters plus the embedding)."""
+
+TINY_TEXT = {"num_train": 64, "num_val": 40, "batch_size": 8, "max_length": 32}
+"""A small text data module's arguments (the wrappers' ``tiny_data``)."""
 
 
 def config_fields(config: Any) -> set[str]:
@@ -207,19 +211,6 @@ class HFModule(KilnModule):
         self.model.save_pretrained(str(directory))
         self.tokenizer.save_pretrained(str(directory))
 
-    def export(self, out_dir: str | Path) -> Path:
-        """A ``save_pretrained`` directory with the tokenizer (plain ``Auto*`` loads it)."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        self.save_pretrained(out)
-        return out
-
-    def load_export(self, out_dir: str | Path) -> None:
-        import transformers
-
-        exported = getattr(transformers, self.auto_class_name).from_pretrained(str(out_dir))
-        self.model.load_state_dict(exported.state_dict())
-
     def _example_ids(self, batch_size: int, length: int, device: Any) -> torch.Tensor:
         generator = torch.Generator().manual_seed(0)
         ids = torch.randint(1000, self.vocab_size, (batch_size, length), generator=generator)
@@ -239,6 +230,7 @@ class HFSequenceClassifier(HFModule):
     """
 
     task = "text-classification"
+    metric_keys = CLASSIFICATION_METRICS
     auto_class_name = "AutoModelForSequenceClassification"
 
     def __init__(self, num_labels: int | None = None, data: Any = None, **kwargs: Any) -> None:
@@ -255,7 +247,12 @@ class HFSequenceClassifier(HFModule):
         self.num_labels = num_labels
         if self.model.config.pad_token_id is None:  # GPT-2 style heads need it to pool
             self.model.config.pad_token_id = self.tokenizer.pad_token_id
-        self._attach_data()
+
+    @classmethod
+    def tiny_data(cls) -> Any:
+        from kiln.models.data import TextClassificationData
+
+        return TextClassificationData(**TINY_TEXT)
 
     def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
         return classification_loss(self.model(**self.model_inputs(batch)).logits, batch["labels"])
@@ -284,12 +281,18 @@ class HFCausalLM(HFModule):
     """
 
     task = "causal-lm"
+    metric_keys = ("perplexity", "loss")
     items_are_tokens = True  # kiln.core reports tokens/s
     auto_class_name = "AutoModelForCausalLM"
 
     def __init__(self, arch: str = "gpt2", data: Any = None, **kwargs: Any) -> None:
         super().__init__(arch=arch, data=data, **kwargs)
-        self._attach_data()
+
+    @classmethod
+    def tiny_data(cls) -> Any:
+        from kiln.models.data import CausalLMData
+
+        return CausalLMData(**TINY_TEXT)
 
     def token_nll(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token NLL (0 where ignored) and the mask of counted tokens, both (B, L-1)."""

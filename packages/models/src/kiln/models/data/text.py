@@ -17,6 +17,7 @@ import datasets
 import torch
 from datasets.fingerprint import Hasher
 
+from kiln.models.contract import TextModel, require
 from kiln.models.data.base import IGNORE_INDEX, DataModule, default_cache_dir
 from kiln.models.data.sources import (
     GENERATED_SENTIMENT,
@@ -111,8 +112,14 @@ class _TextData(DataModule):
 
     # -- tokenizer ------------------------------------------------------------------------
     def attach(self, module: Any) -> None:
-        """Use the model's tokenizer unless one was given, and check it fits the model."""
+        """Use the model's tokenizer unless one was given, and check it fits the model.
+
+        Raises:
+            TypeError: No tokenizer was given and the model has none
+                (:class:`kiln.models.contract.TextModel`).
+        """
         if self.tokenizer is None:
+            require(module, TextModel, type(self).__name__)
             self.tokenizer = module.tokenizer
         elif isinstance(self.tokenizer, str | Path):
             from transformers import AutoTokenizer

@@ -68,7 +68,14 @@ class ModelEntry:
 
 
 _REGISTRY: dict[str, ModelEntry] = {}
-_BUILTIN_MODULES = ("kiln.models.hf", "kiln.models.vision")
+_BUILTIN_MODULES = (
+    "kiln.models.hf",
+    "kiln.models.hf_masked_lm",
+    "kiln.models.hf_question_answering",
+    "kiln.models.hf_seq2seq",
+    "kiln.models.hf_token_classification",
+    "kiln.models.vision",
+)
 
 
 def _load_models() -> None:

@@ -44,7 +44,7 @@ class HFQuestionAnswering(HFModule):
     def tiny_data(cls) -> Any:
         from kiln.models.data import QuestionAnsweringData
 
-        return QuestionAnsweringData(**{**TINY_TEXT, "max_length": 96})
+        return QuestionAnsweringData(**{**TINY_TEXT, "max_length": 48})
 
     def span_logits(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Start and end logits (B, L), at least float32."""

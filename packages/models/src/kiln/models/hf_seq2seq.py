@@ -83,8 +83,9 @@ class HFSeq2SeqLM(HFModule):
 
     def example_batch(self, batch_size: int, device: Any = None) -> dict[str, torch.Tensor]:
         ids = self._example_ids(batch_size, self._example_length(), device)
-        labels = self._example_ids(batch_size, 16, device)
-        labels[:, 12:] = IGNORE_INDEX  # a padded tail, as the data has
+        length = getattr(self.data_module, "max_target_length", 16)
+        labels = self._example_ids(batch_size, length, device)
+        labels[:, length * 3 // 4 :] = IGNORE_INDEX  # a padded tail, as the data has
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
 
 

@@ -32,7 +32,7 @@ class QuestionAnsweringData(TextData):
         context_column: str = "context",
         answer_column: str = "answer",
         answer_start_column: str = "answer_start",
-        max_length: int = 96,
+        max_length: int = 64,
         **kwargs: Any,
     ) -> None:
         super().__init__(

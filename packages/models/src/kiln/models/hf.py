@@ -1,4 +1,6 @@
-"""HuggingFace wrappers: sequence classification (BERT family) and causal LMs (GPT-2, Llama).
+"""HuggingFace wrappers: sequence classification (BERT family) and causal LMs (GPT-2, Llama),
+and ``HFModule``, the base of the other task wrappers (``hf_masked_lm``,
+``hf_question_answering``, ``hf_seq2seq``, ``hf_token_classification``).
 
 Each is built with ``from_pretrained(pretrained)`` (a hub name or a local directory) or,
 with ``pretrained=None``, from a config (random init) of any ``arch`` (an HF

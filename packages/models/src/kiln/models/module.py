@@ -1,7 +1,9 @@
 """``KilnModule``: the one LightningModule that implements kiln.core's contract.
 
-Subclasses (HF and TIMM wrappers) only say how a batch becomes a loss, what validation
-returns, and which metrics to compute; optimizers, schedules and data hooks live here.
+Subclasses (HF and TIMM wrappers, a user's plugin) only say how a batch becomes a loss,
+what validation returns, and which metrics to compute; optimizers, schedules, data hooks
+and the transformers/timm export live here. ``create_model`` checks the contract
+(``kiln.models.contract``; ``docs/model-tasks.md``).
 """
 
 from __future__ import annotations

@@ -38,6 +38,10 @@ DATA_FOR_TASK = {
     "text-classification": "text",
     "causal-lm": "lm_text",
     "image-classification": "digits",
+    "masked-lm": "mlm_text",
+    "question-answering": "qa",
+    "seq2seq-lm": "reverse",
+    "token-classification": "ner",
 }
 
 

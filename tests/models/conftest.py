@@ -1,4 +1,4 @@
-"""Shared fixtures: offline HF settings, a per-session cache, tiny data per task."""
+"""Shared fixtures: offline HF settings, a per-session cache, tiny data for the data tests."""
 
 from __future__ import annotations
 
@@ -10,13 +10,12 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest
+from kit import tiny_model
 
-import kiln.models as km
-from kiln.models.data import (
-    CausalLMData,
-    ImageClassificationData,
-    TextClassificationData,
-)
+from kiln.models.data import ImageClassificationData, TextClassificationData
+from kiln.models.hf import TINY_TEXT
+
+__all__ = ["tiny_data", "tiny_model"]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -27,20 +26,8 @@ def kiln_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def tiny_data(task: str, **kwargs):
-    """A small data module for ``task`` (generated text, or digits)."""
+    """A small data module for the data tests: digits, or generated sentiment text."""
     if task == "image-classification":
         return ImageClassificationData(**{"batch_size": 16, "val_batch_size": 32, **kwargs})
-    text = {"num_train": 64, "num_val": 40, "batch_size": 8, "max_length": 32, **kwargs}
-    if task == "causal-lm":
-        return CausalLMData(**text)
-    return TextClassificationData(**text)
-
-
-def tiny_model(name: str, data=None, **kwargs):
-    """The registered model ``name`` at its test size; ``data=True`` adds tiny data."""
-    entry = km.get_model_entry(name)
-    if data is True:
-        kwargs["data"] = tiny_data(entry.task)
-    elif data is not None:
-        kwargs["data"] = data
-    return km.create_model(name, **{**entry.tiny, **kwargs})
+    assert task == "text-classification", task
+    return TextClassificationData(**{**TINY_TEXT, **kwargs})

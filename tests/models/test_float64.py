@@ -1,7 +1,8 @@
-"""``64-true`` is exact for kiln.models' causal LM and classifier: a window of micro-batches
-(variable-length, padded rows) updates the weights as one big batch does in a plain PyTorch
-float64 AdamW loop, to <= 1e-12 after 5 steps, and the logged loss is the window's
-token-weighted mean. The losses must only ever promote (``.float()`` would down-cast)."""
+"""``64-true`` is exact for kiln.models' wrappers (causal LM, classifier, masked LM, QA,
+seq2seq, token classification): a window of micro-batches (variable-length, padded rows of
+each model's tiny data) updates the weights as one big batch does in a plain PyTorch
+float64 AdamW loop, to <= 1e-12, and the logged loss is the window's token-weighted mean.
+The losses must only ever promote (``.float()`` would down-cast)."""
 
 from __future__ import annotations
 
@@ -13,33 +14,36 @@ from torch.utils.data import DataLoader, default_collate
 from kiln.core import TrainerConfig, fit
 from kiln.models.module import at_least_fp32
 
-NO_DROPOUT = {
-    "llama-tiny-lm": {},  # Llama has no dropout by default
-    "bert-tiny-cls": {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
-}
+NEW_TASKS = ["bert-tiny-mlm", "bert-tiny-qa", "t5-tiny-seq2seq", "bart-tiny-seq2seq"]
+NEW_TASKS += ["bert-tiny-token-cls"]
 
 
-def rows(model, n: int, length: int = 12) -> list[dict[str, torch.Tensor]]:
-    """Right-padded rows of random lengths (so micro-batches hold unequal token counts)."""
-    g = torch.Generator().manual_seed(3)
-    vocab = model.vocab_size
-    out = []
-    for i in range(n):
-        size = int(torch.randint(2, length + 1, (), generator=g))
-        ids = torch.zeros(length, dtype=torch.long)
-        ids[:size] = torch.randint(1000, vocab, (size,), generator=g)
-        mask = (torch.arange(length) < size).long()
-        if model.task == "causal-lm":
-            labels = torch.where(mask.bool(), ids, torch.full_like(ids, -100))
-        else:
-            labels = torch.tensor(i % model.num_labels)
-        out.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
-    return out
+def no_dropout(name: str) -> dict[str, float]:
+    """``config_overrides`` that switch every dropout of the model's HF config off."""
+    config = tiny_model(name).model.config.to_dict()
+    return {
+        key: 0.0
+        for key, value in config.items()
+        if isinstance(value, float) and ("dropout" in key or "pdrop" in key)
+    }
+
+
+def rows(name: str, n: int) -> list[dict[str, torch.Tensor]]:
+    """``n`` rows of the model's tiny data as its loader hands them out (variable-length
+    text, padded; masked LM rows already masked), cycling epochs for more rows."""
+    loader = tiny_model(name, data=True).data_module.train_dataloader()
+    out: list[dict[str, torch.Tensor]] = []
+    while len(out) < n:
+        for batch in loader:
+            out += [
+                {k: v[i] for k, v in batch.items()} for i in range(len(next(iter(batch.values()))))
+            ]
+    return out[:n]
 
 
 def build(name: str, data: list[dict], batch_size: int):
     torch.manual_seed(0)  # both copies start from the same weights
-    model = tiny_model(name, config_overrides=NO_DROPOUT[name])
+    model = tiny_model(name, config_overrides=no_dropout(name))
     # Train on fixed rows in order; no validation (the loss path is what is tested here).
     model.train_dataloader = lambda: DataLoader(data, batch_size=batch_size)
     model.val_dataloader = lambda: None
@@ -67,7 +71,7 @@ def reference(name: str, data: list[dict], windows: list[int]) -> tuple[dict, li
 
 def check(name: str, n: int, accumulate: int, windows: list[int], **trainer_kw) -> None:
     b = 2
-    data = rows(tiny_model(name), n)
+    data = rows(name, n)
     model = build(name, data, b)
     cfg = TrainerConfig(
         accelerator="cpu",
@@ -102,6 +106,17 @@ def test_classifier_window_equals_one_big_batch_in_float64(accumulate: int) -> N
 def test_partial_last_window_in_float64(name: str) -> None:
     # 9 micro-batches of 2, windows of 4: [8, 8, 2] in one epoch
     check(name, 18, 4, [8, 8, 2], max_steps=10, max_epochs=1)
+
+
+@pytest.mark.parametrize("name", NEW_TASKS)
+def test_task_window_equals_one_big_batch_in_float64(name: str) -> None:
+    check(name, 2 * 4 * 3, 4, [8] * 3, max_steps=3)
+
+
+@pytest.mark.parametrize("name", NEW_TASKS)
+def test_task_partial_last_window_in_float64(name: str) -> None:
+    # 5 micro-batches of 2, windows of 4: [8, 2] in one epoch
+    check(name, 10, 4, [8, 2], max_steps=10, max_epochs=1)
 
 
 def test_losses_promote_and_never_down_cast() -> None:

@@ -17,3 +17,27 @@ def test_metrics_load_offline_and_compute():
 def test_unknown_metric_names_the_shipped_ones():
     with pytest.raises(ValueError, match="accuracy, f1, perplexity"):
         load_metric("bleu")
+
+
+def test_squad_exact_match_and_f1_normalize_answers():
+    squad = load_metric("squad")
+    scores = squad.compute(
+        predictions=["The Paris.", "new york", "rome"],
+        references=["paris", "new york city", "oslo"],
+    )
+    assert scores["exact_match"] == pytest.approx(1 / 3)
+    assert scores["f1"] == pytest.approx((1 + 0.8 + 0) / 3)  # new york: P 1, R 2/3
+
+
+def test_seqeval_scores_whole_entities_and_tokens():
+    seqeval = load_metric("seqeval")
+    reference = ["B-PER", "I-PER", "O", "B-LOC", "I-LOC", "O"]
+    predicted = ["B-PER", "I-PER", "O", "B-LOC", "O", "O"]  # the place cut short: wrong
+    scores = seqeval.compute(predictions=[predicted], references=[reference])
+    assert (scores["precision"], scores["recall"]) == (0.5, 0.5)
+    assert scores["f1"] == 0.5 and scores["accuracy"] == pytest.approx(5 / 6)
+    # an I- tag after O starts an entity (seqeval's lenient IOB2)
+    lenient = seqeval.compute(
+        predictions=[["O", "I-ORG", "I-ORG"]], references=[["O", "B-ORG", "I-ORG"]]
+    )
+    assert lenient["f1"] == 1.0

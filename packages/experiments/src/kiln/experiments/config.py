@@ -46,12 +46,21 @@ def run_hydra_app(task: Callable[[Any], Any], config_name: str, register: Callab
     Loads the ``kiln.plugins`` entry points first (their models, data modules, callbacks),
     then registers the command's typed schema.
     """
+    import sys
+
     import hydra
 
+    from kiln.experiments.plugin_configs import missing_model_hint
     from kiln.models.plugins import load_plugins
 
     load_plugins()
     register()
-    return hydra.main(version_base="1.3", config_path=config_path(), config_name=config_name)(
-        task
-    )()
+    hint = missing_model_hint(sys.argv[1:], config_dir())
+    try:
+        return hydra.main(version_base="1.3", config_path=config_path(), config_name=config_name)(
+            task
+        )()
+    except SystemExit as exit_:
+        if exit_.code not in (0, None) and hint:  # after Hydra's "Could not find 'model/x'"
+            print(hint, file=sys.stderr)
+        raise

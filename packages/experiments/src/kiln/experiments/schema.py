@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import MISSING
+from omegaconf import DictConfig, OmegaConf
 
 from kiln.core import CompileConfig, TrainerConfig
 from kiln.models import OptimizerConfig, SchedulerConfig
@@ -64,12 +64,21 @@ class LoggerConfig:
             )
 
 
+def open_model_node() -> DictConfig:
+    """The ``model`` node: not struct, so the model's own arguments (not known to the schema,
+    they differ per model) are set on the command line without ``+``."""
+    return OmegaConf.create({}, flags={"struct": False})
+
+
 @dataclass
 class JobConfig:
     """What every kiln job's config holds: the model, how it steps, where it logs and writes."""
 
-    model: Any = MISSING
-    """Keyword arguments of ``kiln.models.create_model`` (``name`` plus model options)."""
+    model: Any = field(default_factory=open_model_node)
+    """Keyword arguments of ``kiln.models.create_model`` (``name`` plus model options).
+    Open: ``model.tiny=true`` or any argument of the model's factory overrides without
+    ``+``; ``create_model`` refuses an argument the model lacks (naming the valid ones)
+    before training starts."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     compile: CompileConfig = field(default_factory=CompileConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)

@@ -14,9 +14,17 @@ from kiln.core.lazy import lazy_package
 
 _EXPORTS = {
     "HFCausalLM": "kiln.models.hf",
+    "HFMaskedLM": "kiln.models.hf_masked_lm",
     "HFModule": "kiln.models.hf",
+    "HFQuestionAnswering": "kiln.models.hf_question_answering",
+    "HFSeq2SeqLM": "kiln.models.hf_seq2seq",
     "HFSequenceClassifier": "kiln.models.hf",
+    "HFTokenClassifier": "kiln.models.hf_token_classification",
+    "ImageClassifier": "kiln.models.image",
+    "ImageModel": "kiln.models.contract",
+    "KilnModel": "kiln.models.contract",
     "KilnModule": "kiln.models.module",
+    "TextModel": "kiln.models.contract",
     "OptimizerConfig": "kiln.models.optim",
     "SchedulerConfig": "kiln.models.optim",
     "ModelEntry": "kiln.models.registry",
@@ -29,12 +37,20 @@ _EXPORTS = {
 }
 __all__ = [
     "HFCausalLM",
+    "HFMaskedLM",
     "HFModule",
+    "HFQuestionAnswering",
+    "HFSeq2SeqLM",
     "HFSequenceClassifier",
+    "HFTokenClassifier",
+    "ImageClassifier",
+    "ImageModel",
+    "KilnModel",
     "KilnModule",
     "ModelEntry",
     "OptimizerConfig",
     "SchedulerConfig",
+    "TextModel",
     "TimmClassifier",
     "create_model",
     "get_model_entry",
@@ -45,7 +61,13 @@ __all__ = [
 lazy_package(__name__, _EXPORTS)
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
+    from kiln.models.contract import ImageModel, KilnModel, TextModel
     from kiln.models.hf import HFCausalLM, HFModule, HFSequenceClassifier
+    from kiln.models.hf_masked_lm import HFMaskedLM
+    from kiln.models.hf_question_answering import HFQuestionAnswering
+    from kiln.models.hf_seq2seq import HFSeq2SeqLM
+    from kiln.models.hf_token_classification import HFTokenClassifier
+    from kiln.models.image import ImageClassifier
     from kiln.models.module import KilnModule
     from kiln.models.optim import OptimizerConfig, SchedulerConfig
     from kiln.models.registry import (

@@ -9,6 +9,9 @@ from kiln.models.data.base import IGNORE_INDEX
 from kiln.models.metrics import load_metric
 from kiln.models.module import at_least_fp32
 
+CLASSIFICATION_METRICS = ("accuracy", "f1", "loss")
+"""The keys of :func:`classification_metrics`."""
+
 
 def classification_loss(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
     """The mean cross-entropy of a training batch and its item count (the samples)."""

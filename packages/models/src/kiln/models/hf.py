@@ -1,4 +1,6 @@
-"""HuggingFace wrappers: sequence classification (BERT family) and causal LMs (GPT-2, Llama).
+"""HuggingFace wrappers: sequence classification (BERT family) and causal LMs (GPT-2, Llama),
+and ``HFModule``, the base of the other task wrappers (``hf_masked_lm``,
+``hf_question_answering``, ``hf_seq2seq``, ``hf_token_classification``).
 
 Each is built with ``from_pretrained(pretrained)`` (a hub name or a local directory) or,
 with ``pretrained=None``, from a config (random init) of any ``arch`` (an HF
@@ -14,19 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from kiln.core.optional import require
 from kiln.models.classification import (
+    CLASSIFICATION_METRICS,
     classification_loss,
     classification_metrics,
     classification_outputs,
 )
-from kiln.models.data.base import IGNORE_INDEX
-from kiln.models.metrics import load_metric
-from kiln.models.module import KilnModule, at_least_fp32
+from kiln.models.module import KilnModule
 from kiln.models.optim import OptimizerConfig, SchedulerConfig
 from kiln.models.registry import register_alias, register_model
+from kiln.models.tokens import count_tokens, mean_token_loss, perplexity, token_nll
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -39,8 +40,15 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
     "gpt2": dict(n_embd=32, n_layer=2, n_head=2, n_positions=128),
     "llama": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                   num_key_value_heads=1, intermediate_size=64, max_position_embeddings=128),
+    "t5": dict(d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2),
+    "bart": dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+                 decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                 max_position_embeddings=128),
 }  # fmt: skip
 """Test-sized configs per HF ``model_type`` (a few thousand parameters plus the embedding)."""
+
+TINY_TEXT = {"num_train": 64, "num_val": 40, "batch_size": 8, "max_length": 32}
+"""A small text data module's arguments (the wrappers' ``tiny_data``)."""
 
 
 def config_fields(config: Any) -> set[str]:
@@ -73,6 +81,21 @@ def tiny_config(arch: str) -> dict[str, Any]:
     if arch not in TINY_CONFIGS:
         raise ValueError(f"no tiny config for arch {arch!r}; known: {', '.join(TINY_CONFIGS)}")
     return dict(TINY_CONFIGS[arch])
+
+
+def label_head(num_labels: int | None, data: Any, default: int) -> dict[str, Any]:
+    """The HF config fields of a classification head: ``num_labels`` (``None``: the data's,
+    else ``default``) and, where the data names its labels, ``id2label`` / ``label2id``."""
+    if num_labels is None:
+        num_labels = data.num_labels if data is not None else default
+    if num_labels < 1:
+        raise ValueError(f"num_labels={num_labels!r} must be >= 1")
+    head: dict[str, Any] = {"num_labels": num_labels}
+    names = getattr(data, "label_names", None) if data is not None else None
+    if names and len(names) == num_labels:
+        head["id2label"] = dict(enumerate(names))
+        head["label2id"] = {name: i for i, name in enumerate(names)}
+    return head
 
 
 class HFModule(KilnModule):
@@ -242,19 +265,6 @@ class HFModule(KilnModule):
         self.model.save_pretrained(str(directory))
         self.tokenizer.save_pretrained(str(directory))
 
-    def export(self, out_dir: str | Path) -> Path:
-        """A ``save_pretrained`` directory with the tokenizer (plain ``Auto*`` loads it)."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        self.save_pretrained(out)
-        return out
-
-    def load_export(self, out_dir: str | Path) -> None:
-        import transformers
-
-        exported = getattr(transformers, self.auto_class_name).from_pretrained(str(out_dir))
-        self.model.load_state_dict(exported.state_dict())
-
     def _example_ids(self, batch_size: int, length: int, device: Any) -> torch.Tensor:
         generator = torch.Generator().manual_seed(0)
         ids = torch.randint(1000, self.vocab_size, (batch_size, length), generator=generator)
@@ -274,23 +284,21 @@ class HFSequenceClassifier(HFModule):
     """
 
     task = "text-classification"
+    metric_keys = CLASSIFICATION_METRICS
     auto_class_name = "AutoModelForSequenceClassification"
 
     def __init__(self, num_labels: int | None = None, data: Any = None, **kwargs: Any) -> None:
-        if num_labels is None:
-            num_labels = data.num_labels if data is not None else 2
-        if num_labels < 1:
-            raise ValueError(f"num_labels={num_labels!r} must be >= 1")
-        head: dict[str, Any] = {"num_labels": num_labels}
-        names = getattr(data, "label_names", None) if data is not None else None
-        if names and len(names) == num_labels:
-            head["id2label"] = dict(enumerate(names))
-            head["label2id"] = {name: i for i, name in enumerate(names)}
+        head = label_head(num_labels, data, default=2)
         super().__init__(data=data, **kwargs, **head)
-        self.num_labels = num_labels
+        self.num_labels = head["num_labels"]
         if self.model.config.pad_token_id is None:  # GPT-2 style heads need it to pool
             self.model.config.pad_token_id = self.tokenizer.pad_token_id
-        self._attach_data()
+
+    @classmethod
+    def tiny_data(cls) -> Any:
+        from kiln.models.data import TextClassificationData
+
+        return TextClassificationData(**TINY_TEXT)
 
     def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
         return classification_loss(self.model(**self.model_inputs(batch)).logits, batch["labels"])
@@ -319,40 +327,39 @@ class HFCausalLM(HFModule):
     """
 
     task = "causal-lm"
+    metric_keys = ("perplexity", "loss")
     items_are_tokens = True  # kiln.core reports tokens/s
     auto_class_name = "AutoModelForCausalLM"
 
     def __init__(self, arch: str = "gpt2", data: Any = None, **kwargs: Any) -> None:
         super().__init__(arch=arch, data=data, **kwargs)
-        self._attach_data()
+
+    @classmethod
+    def tiny_data(cls) -> Any:
+        from kiln.models.data import CausalLMData
+
+        return CausalLMData(**TINY_TEXT)
+
+    def model_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: batch[k] for k in ("input_ids", "attention_mask") if k in batch}
 
     def token_nll(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token NLL (0 where ignored) and the mask of counted tokens, both (B, L-1)."""
-        inputs = {k: v for k, v in self.model_inputs(batch).items() if k != "token_type_ids"}
-        logits = at_least_fp32(self.model(**inputs).logits[:, :-1])
-        labels = batch["labels"][:, 1:]
-        nll = F.cross_entropy(
-            logits.transpose(1, 2), labels, ignore_index=IGNORE_INDEX, reduction="none"
-        )
-        return nll, labels != IGNORE_INDEX
+        logits = self.model(**self.model_inputs(batch)).logits[:, :-1]
+        return token_nll(logits, batch["labels"][:, 1:])
 
     def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        nll, mask = self.token_nll(batch)
-        count = mask.sum()
-        return nll.sum() / count.clamp(min=1), count  # clamp: a batch of padding is 0, not NaN
+        return mean_token_loss(*self.token_nll(batch))
 
     def count_items(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return (batch["labels"][:, 1:] != IGNORE_INDEX).sum()
+        return count_tokens(batch["labels"][:, 1:])
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
         nll, mask = self.token_nll(batch)
         return {"nll_sum": nll.sum(1), "tokens": mask.sum(1)}
 
     def validation_metrics(self, outputs: dict[str, torch.Tensor]) -> dict[str, float]:
-        return load_metric("perplexity").compute(
-            nll_sums=outputs["nll_sum"].double().cpu().numpy(),
-            token_counts=outputs["tokens"].cpu().numpy(),
-        )
+        return perplexity(outputs)
 
     def example_batch(self, batch_size: int, device: Any = None) -> dict[str, torch.Tensor]:
         ids = self._example_ids(batch_size, self._example_length(), device)
@@ -362,23 +369,24 @@ class HFCausalLM(HFModule):
 # -- registered models ------------------------------------------------------------------
 
 
-def _config_built(arch: str) -> dict[str, Any]:
+def config_built(arch: str) -> dict[str, Any]:
     """The arguments of a test-sized, config-built (random init) ``arch`` model."""
     return {"pretrained": None, "config_overrides": tiny_config(arch)}
 
 
-def _tiny_for_arch(default: str) -> Any:
+def tiny_for_arch(default: str) -> Any:
+    """The ``tiny`` overrides of a wrapper whose tiny config follows its ``arch``."""
     # Tiny variants are config-built: a pretrained checkpoint has its own size.
-    return lambda kwargs: _config_built(kwargs.get("arch", default))
+    return lambda kwargs: config_built(kwargs.get("arch", default))
 
 
-@register_model("hf-cls", task="text-classification", tiny=_tiny_for_arch("bert"))
+@register_model("hf-cls", task="text-classification", tiny=tiny_for_arch("bert"))
 def hf_cls(arch: str = "bert", **kwargs: Any) -> HFSequenceClassifier:
     """Sequence classification for any HF ``arch`` (``bert``, ``roberta``, ``distilbert``...)."""
     return HFSequenceClassifier(arch=arch, **kwargs)
 
 
-@register_model("hf-lm", task="causal-lm", tiny=_tiny_for_arch("gpt2"))
+@register_model("hf-lm", task="causal-lm", tiny=tiny_for_arch("gpt2"))
 def hf_lm(arch: str = "gpt2", **kwargs: Any) -> HFCausalLM:
     """A causal LM for any HF ``arch`` (``gpt2``, ``llama``, ``mistral``...)."""
     return HFCausalLM(arch=arch, **kwargs)
@@ -386,17 +394,17 @@ def hf_lm(arch: str = "gpt2", **kwargs: Any) -> HFCausalLM:
 
 # name: (base model, fixed arch, defaults, tiny overrides, description)
 ALIASES: dict[str, tuple[str, str, dict[str, Any], dict[str, Any], str]] = {
-    "minilm-cls": ("hf-cls", "bert", {"pretrained": "minilm"}, _config_built("bert"),
+    "minilm-cls": ("hf-cls", "bert", {"pretrained": "minilm"}, config_built("bert"),
                    "The packaged pretrained all-MiniLM-L6-v2 with a new classification head."),
-    "bert-cls": ("hf-cls", "bert", {}, _config_built("bert"),
+    "bert-cls": ("hf-cls", "bert", {}, config_built("bert"),
                  "Any BERT-family checkpoint (``pretrained=``), or BERT-base from its config."),
-    "bert-tiny-cls": ("hf-cls", "bert", _config_built("bert"), {},
+    "bert-tiny-cls": ("hf-cls", "bert", config_built("bert"), {},
                       "A 2-layer, 32-wide BERT classifier from a config, for tests."),
-    "gpt2-lm": ("hf-lm", "gpt2", {}, _config_built("gpt2"),
+    "gpt2-lm": ("hf-lm", "gpt2", {}, config_built("gpt2"),
                 "GPT-2 (``pretrained=`` a hub name or local dir), or GPT-2 small from its config."),
-    "gpt2-tiny-lm": ("hf-lm", "gpt2", _config_built("gpt2"), {},
+    "gpt2-tiny-lm": ("hf-lm", "gpt2", config_built("gpt2"), {},
                      "A 2-layer, 32-wide GPT-2 from a config, for tests."),
-    "llama-tiny-lm": ("hf-lm", "llama", _config_built("llama"), {},
+    "llama-tiny-lm": ("hf-lm", "llama", config_built("llama"), {},
                       "A 2-layer, 32-wide Llama (GQA, RMSNorm, RoPE) from a config, for tests."),
 }  # fmt: skip
 """The HF models that are ``hf-cls`` / ``hf-lm`` with some arguments set. Tiny variants of

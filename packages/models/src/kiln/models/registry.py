@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from kiln.models.contract import check_model
+
 F = TypeVar("F", bound=Callable[..., Any])
 TinyOverrides = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
 """A model's test-sized overrides: a dict, or a function of the model's kwargs returning one
@@ -34,7 +36,9 @@ class ModelEntry:
     factory: Callable[..., Any]
     """Builds the module; takes ``data``, ``optimizer``, ``scheduler`` and model kwargs."""
     task: str
-    """``text-classification``, ``causal-lm`` or ``image-classification``."""
+    """What the model does: ``text-classification``, ``causal-lm``, ``masked-lm``,
+    ``question-answering``, ``seq2seq-lm``, ``token-classification``,
+    ``image-classification``, or a plugin's own."""
     tiny: dict[str, Any] = field(default_factory=dict)
     """Overrides that make a test-sized variant of the default model (empty when the model
     is already tiny)."""
@@ -64,7 +68,14 @@ class ModelEntry:
 
 
 _REGISTRY: dict[str, ModelEntry] = {}
-_BUILTIN_MODULES = ("kiln.models.hf", "kiln.models.vision")
+_BUILTIN_MODULES = (
+    "kiln.models.hf",
+    "kiln.models.hf_masked_lm",
+    "kiln.models.hf_question_answering",
+    "kiln.models.hf_seq2seq",
+    "kiln.models.hf_token_classification",
+    "kiln.models.vision",
+)
 
 
 def _load_models() -> None:
@@ -217,6 +228,8 @@ def create_model(name: str, *, tiny: bool = False, **overrides: Any) -> Any:
     Raises:
         ValueError: Unknown model name, an argument the model does not take (naming the
             valid ones), or ``tiny=True`` for a model without a tiny variant.
+        TypeError: The built model lacks part of the contract
+            (:class:`kiln.models.contract.KilnModel`); the message names what.
     """
     entry = get_model_entry(name)
     if tiny:
@@ -227,7 +240,7 @@ def create_model(name: str, *, tiny: bool = False, **overrides: Any) -> Any:
             raise ValueError(f"model {name!r} has no tiny variant (tiny=True): {err}") from err
     kwargs = entry.factory_kwargs(overrides)
     try:
-        return entry.factory(**kwargs)
+        module = entry.factory(**kwargs)
     except TypeError as err:
         # Python's "got an unexpected keyword argument 'x'" for one of *our* arguments:
         # say which model and what it takes (a TypeError from deeper down passes as is).
@@ -235,6 +248,11 @@ def create_model(name: str, *, tiny: bool = False, **overrides: Any) -> Any:
         if match is None or match.group(1) not in overrides:
             raise
         raise ValueError(_unknown_argument(name, match.group(1), valid_arguments(name))) from err
+    check_model(module, name)
+    attach = getattr(module, "attach_data", None)
+    if callable(attach):  # the data checks itself against the built model, before training
+        attach()
+    return module
 
 
 _SHARED_ARGUMENTS = ("data", "optimizer", "scheduler")

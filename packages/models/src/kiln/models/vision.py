@@ -12,12 +12,7 @@ from typing import Any
 
 import torch
 
-from kiln.models.classification import (
-    classification_loss,
-    classification_metrics,
-    classification_outputs,
-)
-from kiln.models.module import KilnModule
+from kiln.models.image import ImageClassifier
 from kiln.models.optim import OptimizerConfig, SchedulerConfig
 from kiln.models.registry import register_alias, register_model
 
@@ -26,7 +21,7 @@ DIGITS_RESNET = {"layers": [1, 1, 1, 1], "channels": [32, 64, 128, 256]}
 TINY_VIT = {"patch_size": 8, "depth": 2, "embed_dim": 32, "num_heads": 2}
 
 
-class TimmClassifier(KilnModule):
+class TimmClassifier(ImageClassifier):
     """Image classification with a timm model.
 
     Args:
@@ -41,8 +36,6 @@ class TimmClassifier(KilnModule):
         data, optimizer, scheduler: See ``KilnModule``.
     """
 
-    task = "image-classification"
-
     def __init__(
         self,
         arch: str = "resnet18",
@@ -55,7 +48,6 @@ class TimmClassifier(KilnModule):
         optimizer: OptimizerConfig | None = None,
         scheduler: SchedulerConfig | None = None,
     ) -> None:
-        super().__init__(data, optimizer, scheduler)
         import timm
         from timm.data import resolve_data_config
 
@@ -64,11 +56,11 @@ class TimmClassifier(KilnModule):
                 f"arch={arch!r} is not a timm model; e.g. resnet18, vit_tiny_patch16_224 "
                 "(timm.list_models() lists them all)"
             )
-        if num_classes is None:
-            num_classes = data.num_labels if data is not None else 1000
+        super().__init__(
+            num_classes, in_chans=in_chans, data=data, optimizer=optimizer, scheduler=scheduler
+        )
         self.arch = arch
-        self.num_classes = num_classes
-        kwargs: dict[str, Any] = {"num_classes": num_classes, "in_chans": in_chans}
+        kwargs: dict[str, Any] = {"num_classes": self.num_classes, "in_chans": in_chans}
         kwargs.update(model_kwargs or {})
         if isinstance(pretrained, str | Path):
             if not Path(pretrained).is_file():
@@ -84,30 +76,11 @@ class TimmClassifier(KilnModule):
             {"input_size": input_size} if input_size else {}, model=self.model
         )
         self.check_input_size(self.input_size)
-        self._attach_data()
 
-    @property
-    def input_size(self) -> tuple[int, int, int]:
-        """(channels, height, width) the model takes and the data is transformed to."""
-        return tuple(self.data_config["input_size"])
+    def _describe(self) -> str:
+        return f"timm model {self.arch!r}"
 
-    def check_input_size(self, input_size: tuple[int, int, int]) -> None:
-        """Run one dummy image through the model now, so a bad size fails before training."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.no_grad():
-                self.model(torch.zeros(1, *input_size))
-        except Exception as err:  # timm raises AssertionError, RuntimeError, ValueError...
-            raise ValueError(
-                f"timm model {self.arch!r} cannot take images of size {tuple(input_size)} "
-                f"(channels, height, width): {err}. Pass img_size= the model supports (ViTs "
-                "take it at construction; the patch size must divide it)"
-            ) from err
-        finally:
-            self.model.train(was_training)
-
-    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+    def logits(self, pixel_values: torch.Tensor) -> torch.Tensor:
         return self.model(pixel_values)
 
     def set_activation_checkpointing(self, enabled: bool) -> None:
@@ -131,50 +104,6 @@ class TimmClassifier(KilnModule):
                 "use an architecture that does (resnet*, vit_*, convnext_*, ...) or set "
                 "trainer.activation_checkpointing=false"
             ) from error
-
-    def export(self, out_dir: str | Path) -> Path:
-        """timm's own export: ``model.safetensors`` and a ``config.json`` holding the
-        architecture, its ``create_model`` arguments (``model_args``: num_classes, in_chans,
-        sizes) and the ``pretrained_cfg`` with the data config (input size, mean, std).
-
-        Plain timm rebuilds it with ``timm.create_model("local-dir:<out_dir>", pretrained=True)``,
-        or ``timm.create_model(config["architecture"], **config["model_args"])`` and a load of
-        ``model.safetensors``.
-        """
-        from timm.models import save_for_hf
-
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        data_config = {k: self.data_config[k] for k in ("input_size", "mean", "std")}
-        data_config["interpolation"] = self.data_config.get("interpolation")
-        save_for_hf(
-            self.model,
-            str(out),
-            model_args=dict(self.create_kwargs),
-            safe_serialization=True,
-            data_config=data_config,
-        )
-        return out
-
-    def load_export(self, out_dir: str | Path) -> None:
-        from safetensors.torch import load_file
-
-        self.model.load_state_dict(load_file(str(Path(out_dir) / "model.safetensors")))
-
-    def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
-        return classification_loss(self.model(batch["pixel_values"]), batch["labels"])
-
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
-        return classification_outputs(self.model(batch["pixel_values"]), batch["labels"])
-
-    def validation_metrics(self, outputs: dict[str, torch.Tensor]) -> dict[str, float]:
-        return classification_metrics(outputs, self.num_classes)
-
-    def example_batch(self, batch_size: int, device: Any = None) -> dict[str, torch.Tensor]:
-        generator = torch.Generator().manual_seed(0)
-        pixels = torch.randn(batch_size, *self.input_size, generator=generator)
-        labels = torch.arange(batch_size) % self.num_classes
-        return {"pixel_values": pixels.to(device), "labels": labels.to(device)}
 
 
 def _create(

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 
 from kiln.core.optional import require
+from kiln.models.contract import ImageModel
+from kiln.models.contract import require as require_members
 from kiln.models.data.base import DataModule, default_cache_dir
 from kiln.models.data.sources import check_columns, load_raw
 
@@ -129,7 +131,12 @@ class ImageClassificationData(DataModule):
         return int(max(max(train[self.label_column]), max(val[self.label_column]))) + 1
 
     def attach(self, module: Any) -> None:
-        """Take the model's data config (input size, mean, std) and check the labels fit."""
+        """Take the model's data config (input size, mean, std) and check the labels fit.
+
+        Raises:
+            TypeError: The model lacks what :class:`kiln.models.contract.ImageModel` lists.
+        """
+        require_members(module, ImageModel, "ImageClassificationData")
         if module.num_classes < self.num_labels:
             raise ValueError(
                 f"the model has num_classes={module.num_classes} but {self.dataset!r} has "
@@ -138,7 +145,7 @@ class ImageClassificationData(DataModule):
         config = dict(module.data_config)
         if self.img_size is not None:
             config["input_size"] = (config["input_size"][0], self.img_size, self.img_size)
-            if config["input_size"] != tuple(module.input_size):
+            if config["input_size"] != tuple(module.data_config["input_size"]):
                 module.check_input_size(config["input_size"])
         self.data_config = config
 

@@ -7,29 +7,64 @@ from pathlib import Path
 import datasets
 
 from kiln.models.data.base import default_cache_dir
+from kiln.models.data.generated import NER_LABELS, generate_ner, generate_qa, generate_reverse
 from kiln.models.data.sentiment import LABELS, generate_sentiment
 
 GENERATED_SENTIMENT = "kiln/sentiment"
+GENERATED_QA = "kiln/qa"
+GENERATED_NER = "kiln/ner"
+GENERATED_REVERSE = "kiln/reverse"
 LOCAL_FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
 
-def load_generated_sentiment(
-    num_train: int, num_val: int, seed: int, cache_dir: str | Path | None = None
+def _generated_features(name: str) -> datasets.Features:
+    string, label = datasets.Value("string"), datasets.ClassLabel
+    return {
+        GENERATED_SENTIMENT: lambda: datasets.Features(
+            {"text": string, "label": label(names=list(LABELS))}
+        ),
+        GENERATED_QA: lambda: datasets.Features(
+            {
+                "context": string,
+                "question": string,
+                "answer": string,
+                "answer_start": datasets.Value("int64"),
+            }
+        ),
+        GENERATED_NER: lambda: datasets.Features(
+            {
+                "tokens": datasets.Sequence(string),
+                "tags": datasets.Sequence(label(names=list(NER_LABELS))),
+            }
+        ),
+        GENERATED_REVERSE: lambda: datasets.Features({"source": string, "target": string}),
+    }[name]()
+
+
+GENERATORS = {
+    GENERATED_SENTIMENT: generate_sentiment,
+    GENERATED_QA: generate_qa,
+    GENERATED_NER: generate_ner,
+    GENERATED_REVERSE: generate_reverse,
+}
+"""kiln's generated datasets by name (offline): ``dataset=<name>`` in any text data module."""
+
+
+def load_generated(
+    name: str, num_train: int, num_val: int, seed: int, cache_dir: str | Path | None = None
 ) -> datasets.DatasetDict:
-    """kiln's generated sentiment data, saved once to disk so later maps are cached."""
-    for name, value in (("num_train", num_train), ("num_val", num_val)):
+    """One of kiln's generated datasets, saved once to disk so later maps are cached."""
+    for option, value in (("num_train", num_train), ("num_val", num_val)):
         if value < 1:
             raise ValueError(
-                f"{name}={value!r} is not valid: {GENERATED_SENTIMENT} needs at least 1 row "
+                f"{option}={value!r} is not valid: {name} needs at least 1 row "
                 "in each split (use an integer >= 1)"
             )
-    root = Path(cache_dir or default_cache_dir()) / f"sentiment-v1-{num_train}-{num_val}-{seed}"
+    slug = name.split("/")[1]
+    root = Path(cache_dir or default_cache_dir()) / f"{slug}-v1-{num_train}-{num_val}-{seed}"
     if not (root / "dataset_dict.json").exists():
-        features = datasets.Features(
-            {"text": datasets.Value("string"), "label": datasets.ClassLabel(names=list(LABELS))}
-        )
-        rows = generate_sentiment(num_train + num_val, seed)
-        full = datasets.Dataset.from_dict(rows, features=features)
+        rows = GENERATORS[name](num_train + num_val, seed)
+        full = datasets.Dataset.from_dict(rows, features=_generated_features(name))
         splits = datasets.DatasetDict(
             train=full.select(range(num_train)),
             validation=full.select(range(num_train, num_train + num_val)),
@@ -54,7 +89,8 @@ def load_raw(
     :func:`hold_out`).
 
     Args:
-        dataset: ``kiln/sentiment`` (generated offline), a hub name (``glue/sst2`` is read
+        dataset: One of kiln's generated datasets (``kiln/sentiment``, ``kiln/qa``,
+            ``kiln/ner``, ``kiln/reverse``: offline), a hub name (``glue/sst2`` is read
             as name ``glue``, subset ``sst2`` unless ``subset`` is given), a builder
             (``csv``, ``json``, ``parquet``) with ``data_files``, or a local file path.
         subset: The hub dataset's configuration name.
@@ -65,8 +101,8 @@ def load_raw(
             ``None``), ``val_fraction`` of the training split is held out.
         val_fraction: The held-out fraction when there is no validation split.
         seed: Seeds the generated data and the held-out split.
-        num_train: Rows of generated training data (``kiln/sentiment`` only).
-        num_val: Rows of generated validation data (``kiln/sentiment`` only).
+        num_train: Rows of generated training data (kiln's generated datasets only).
+        num_val: Rows of generated validation data (kiln's generated datasets only).
         cache_dir: Where generated data is saved.
     """
     splits = load_splits(dataset, subset, data_files, seed, num_train, num_val, cache_dir)
@@ -83,8 +119,8 @@ def load_splits(
     cache_dir: str | Path | None = None,
 ) -> datasets.DatasetDict:
     """The splits of a raw dataset as its source holds them (see :func:`load_raw`)."""
-    if dataset == GENERATED_SENTIMENT:
-        splits = load_generated_sentiment(num_train, num_val, seed, cache_dir)
+    if dataset in GENERATORS:
+        splits = load_generated(dataset, num_train, num_val, seed, cache_dir)
     elif Path(dataset).suffix in LOCAL_FORMATS and data_files is None:
         path = Path(dataset)
         if not path.exists():

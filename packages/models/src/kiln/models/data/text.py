@@ -17,6 +17,7 @@ import datasets
 import torch
 from datasets.fingerprint import Hasher
 
+from kiln.models.contract import TextModel, require
 from kiln.models.data.base import IGNORE_INDEX, DataModule, default_cache_dir
 from kiln.models.data.sources import (
     GENERATED_SENTIMENT,
@@ -31,8 +32,13 @@ from kiln.models.data.sources import (
 PADDINGS = ("max_length", "buckets")
 
 
-class _TextData(DataModule):
-    """Raw loading, tokenization and padding shared by the text data modules."""
+class TextData(DataModule):
+    """Raw loading, tokenization and padding shared by the text data modules.
+
+    Subclasses say which columns they read (``_columns``) and how a batch of raw rows
+    becomes model inputs and ``labels`` (``_encode``). Arguments: see
+    ``TextClassificationData``.
+    """
 
     def __init__(
         self,
@@ -111,8 +117,14 @@ class _TextData(DataModule):
 
     # -- tokenizer ------------------------------------------------------------------------
     def attach(self, module: Any) -> None:
-        """Use the model's tokenizer unless one was given, and check it fits the model."""
+        """Use the model's tokenizer unless one was given, and check it fits the model.
+
+        Raises:
+            TypeError: No tokenizer was given and the model has none
+                (:class:`kiln.models.contract.TextModel`).
+        """
         if self.tokenizer is None:
+            require(module, TextModel, type(self).__name__)
             self.tokenizer = module.tokenizer
         elif isinstance(self.tokenizer, str | Path):
             from transformers import AutoTokenizer
@@ -149,7 +161,7 @@ class _TextData(DataModule):
         tok = self.tokenizer
         fingerprint = Hasher.hash(
             [data._fingerprint, type(self).__name__, tok.name_or_path, len(tok), self.max_length,
-             self.padding, self._columns(), tok.pad_token_id, "v1"]
+             self.padding, self._columns(), tok.pad_token_id, *self._encoding_options(), "v1"]
         )  # fmt: skip
         pad = self.padding == "max_length"
 
@@ -174,6 +186,10 @@ class _TextData(DataModule):
     def _encode(self, rows: dict[str, list], pad: bool) -> dict[str, list]:
         raise NotImplementedError
 
+    def _encoding_options(self) -> list[Any]:
+        """What else changes the encoded rows (part of the cache fingerprint)."""
+        return []
+
     def _tokenizer_kwargs(self, pad: bool) -> dict[str, Any]:
         return {
             "truncation": True,
@@ -182,6 +198,9 @@ class _TextData(DataModule):
         }
 
     # -- batching -------------------------------------------------------------------------
+    fixed_keys: tuple[str, ...] = ()
+    """Keys whose rows already have one shape (not padded to the bucket length)."""
+
     def bucket_length(self, longest: int) -> int:
         """The padded length of a batch whose longest row has ``longest`` tokens."""
         return next(b for b in self.buckets if b >= longest)
@@ -190,10 +209,14 @@ class _TextData(DataModule):
         if self.padding == "max_length":
             return torch.utils.data.default_collate(items)
         length = self.bucket_length(max(len(item["input_ids"]) for item in items))
-        pad_values = {"input_ids": self.tokenizer.pad_token_id, "labels": IGNORE_INDEX}
+        pad_values = {
+            "input_ids": self.tokenizer.pad_token_id,
+            "labels": IGNORE_INDEX,
+            "special_tokens_mask": 1,  # padding is never chosen for masking
+        }
         batch = {}
         for key in items[0]:
-            if items[0][key].ndim == 0:
+            if items[0][key].ndim == 0 or key in self.fixed_keys:
                 batch[key] = torch.stack([item[key] for item in items])
                 continue
             value = pad_values.get(key, 0)
@@ -204,7 +227,7 @@ class _TextData(DataModule):
         return batch
 
 
-class TextClassificationData(_TextData):
+class TextClassificationData(TextData):
     """Text (or text-pair) classification data.
 
     Defaults to kiln's generated sentiment data (``kiln/sentiment``, offline); any hub
@@ -313,7 +336,7 @@ class TextClassificationData(_TextData):
         return encoded
 
 
-class CausalLMData(_TextData):
+class CausalLMData(TextData):
     """Causal language-modelling data: each row is one padded sequence.
 
     ``labels`` are the ``input_ids`` with padding set to -100, so the loss and

@@ -1,7 +1,8 @@
 """Metrics as ``evaluate`` modules shipped inside kiln.models, so they load offline.
 
 ``evaluate.load("accuracy")`` fetches a script from the hub; kiln ships its own metric
-scripts (accuracy, f1, perplexity) and loads them by local path instead.
+scripts (accuracy, f1, perplexity, SQuAD's exact match and F1, seqeval's entity F1) and
+loads them by local path instead.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 import evaluate
 
 METRICS_DIR = Path(__file__).parent
-METRIC_NAMES = ("accuracy", "f1", "perplexity")
+METRIC_NAMES = ("accuracy", "f1", "perplexity", "seqeval", "squad")
 
 
 def metric_info(description: str, inputs: str, **features: str) -> evaluate.MetricInfo:
@@ -33,7 +34,7 @@ def load_metric(name: str) -> evaluate.EvaluationModule:
     """Load one of kiln's packaged metrics by name, from its local directory.
 
     Args:
-        name: ``accuracy``, ``f1`` or ``perplexity``.
+        name: One of ``METRIC_NAMES``.
 
     Returns:
         The ``evaluate`` module (cached per process).

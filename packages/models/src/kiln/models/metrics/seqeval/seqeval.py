@@ -1,0 +1,64 @@
+"""Entity-level precision, recall and F1 of IOB2 tag sequences (seqeval's default mode),
+and token accuracy, as a local ``evaluate`` metric module (loads offline).
+
+An entity is a maximal run ``B-X I-X ...``; an ``I-X`` after something other than ``X``
+starts an entity too (seqeval's lenient IOB2). A predicted entity counts when its type
+and both ends equal a reference entity's.
+"""
+
+import datasets
+import evaluate
+
+_DESCRIPTION = "seqeval-style entity precision/recall/F1 and token accuracy of IOB2 tags."
+_KWARGS = """
+Args:
+    predictions (list of list of str): predicted tags per sequence.
+    references (list of list of str): true tags per sequence (same lengths).
+Returns:
+    precision, recall, f1 (float): over entities (micro); accuracy (float): over tags.
+"""
+
+
+def entities(tags: list[str]) -> set[tuple[str, int, int]]:
+    """The (type, first, last) entities of one IOB2 sequence."""
+    found, start, kind = set(), None, None
+    for i, tag in enumerate([*tags, "O"]):
+        prefix, _, label = tag.partition("-")
+        continues = prefix == "I" and label == kind
+        if start is not None and not continues:
+            found.add((kind, start, i - 1))
+            start, kind = None, None
+        if prefix in ("B", "I") and not continues:
+            start, kind = i, label
+    return found
+
+
+class Seqeval(evaluate.Metric):
+    def _info(self):
+        return evaluate.MetricInfo(
+            description=_DESCRIPTION,
+            citation="",
+            inputs_description=_KWARGS,
+            features=datasets.Features(
+                {
+                    "predictions": datasets.Sequence(datasets.Value("string")),
+                    "references": datasets.Sequence(datasets.Value("string")),
+                }
+            ),
+        )
+
+    def _compute(self, predictions, references):
+        tp = n_pred = n_ref = correct = total = 0
+        for pred, ref in zip(predictions, references, strict=True):
+            if len(pred) != len(ref):
+                raise ValueError(f"a sequence has {len(pred)} predicted tags for {len(ref)}")
+            p, r = entities(pred), entities(ref)
+            tp, n_pred, n_ref = tp + len(p & r), n_pred + len(p), n_ref + len(r)
+            correct += sum(a == b for a, b in zip(pred, ref, strict=True))
+            total += len(ref)
+        if total == 0:
+            raise ValueError("seqeval of an empty set is undefined")
+        precision = tp / n_pred if n_pred else 0.0
+        recall = tp / n_ref if n_ref else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return {"precision": precision, "recall": recall, "f1": f1, "accuracy": correct / total}

@@ -1,0 +1,65 @@
+"""Token-weighted losses and metrics, shared by the wrappers whose items are tokens
+(causal, masked and sequence-to-sequence LMs, token classification).
+
+A batch's loss is the sum of its counted tokens' losses over their number, and its item
+count is that number: kiln.core's accumulation then weights micro-batches by tokens, so a
+window equals one big batch however the counted tokens fall.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from kiln.models.data.base import IGNORE_INDEX
+from kiln.models.metrics import load_metric
+from kiln.models.module import at_least_fp32
+
+
+def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token NLL of ``logits`` (B, L, V) at ``labels`` (B, L), 0 where a label is -100,
+    and the mask of counted tokens."""
+    nll = F.cross_entropy(
+        at_least_fp32(logits).transpose(1, 2), labels, ignore_index=IGNORE_INDEX, reduction="none"
+    )
+    return nll, labels != IGNORE_INDEX
+
+
+def mean_token_loss(nll: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean over counted tokens and their count (a batch of padding is 0, not NaN)."""
+    count = mask.sum()
+    return nll.sum() / count.clamp(min=1), count
+
+
+def count_tokens(labels: torch.Tensor) -> torch.Tensor:
+    """Counted (not -100) label tokens: ``count_items`` of a token-weighted batch."""
+    return (labels != IGNORE_INDEX).sum()
+
+
+def token_outputs(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-sample validation outputs: argmax predictions and labels (B, L), and each
+    sample's summed NLL and counted tokens (B,)."""
+    nll, mask = token_nll(logits, labels)
+    return {
+        "preds": logits.argmax(-1),
+        "labels": labels,
+        "nll_sum": nll.sum(1),
+        "tokens": mask.sum(1),
+    }
+
+
+def perplexity(outputs: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Token-weighted perplexity and mean loss of the whole set (``perplexity`` module)."""
+    return load_metric("perplexity").compute(
+        nll_sums=outputs["nll_sum"].detach().double().cpu().numpy(),
+        token_counts=outputs["tokens"].cpu().numpy(),
+    )
+
+
+def token_accuracy(outputs: dict[str, torch.Tensor]) -> float:
+    """The share of counted tokens predicted right (``accuracy`` module)."""
+    keep = outputs["labels"] != IGNORE_INDEX
+    return load_metric("accuracy").compute(
+        predictions=outputs["preds"][keep].cpu().numpy(),
+        references=outputs["labels"][keep].cpu().numpy(),
+    )["accuracy"]

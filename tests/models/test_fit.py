@@ -1,6 +1,8 @@
 """Through kiln.core's loop: static shapes under compile (the one-step fit of every model
 is the test kit's, ``test_models.py``)."""
 
+from functools import partial
+
 import torch
 from conftest import tiny_model
 from trainers import trainer_config

@@ -3,14 +3,14 @@ model's own arguments are overridable on the command line without ``+``."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 # The example plugin (tests/plugin_example) installed as users install one: see
 # test_plugins.py's ``installed`` fixture (its .dist-info holds the entry point).
 from test_plugins import installed  # noqa: F401
 from train_helpers import FAST, compose_train, explain, job_dirs, run_train, summary
-
-from kiln.experiments.train.preflight import build_checked
 
 
 @pytest.fixture
@@ -31,15 +31,13 @@ def test_model_tiny_and_factory_arguments_override_without_plus():
     assert cfg.model.config_overrides.num_hidden_layers == 1
 
 
-def test_misspelled_model_argument_fails_before_training_naming_it():
-    from omegaconf import OmegaConf
-
-    cfg = compose_train(["model=resnet-tiny", "data=digits", "model.num_clases=3"])
-    keys = ("model", "data", "optimizer", "scheduler", "plugins")
-    resolved = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in keys}
-    resolved["trainer"] = {"seed": cfg.trainer.seed}
-    with pytest.raises(ValueError, match=r"no argument 'num_clases'.*did you mean 'num_classes'"):
-        build_checked(resolved)
+def test_misspelled_model_argument_fails_before_training_naming_it(tmp_path):
+    proc = run_train(["model=resnet-tiny", "data=digits", "model.num_clases=3", *FAST], tmp_path)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert re.search(r"no argument 'num_clases'.*did you mean 'num_classes'", out), out[-2000:]
+    (record,) = [summary(d) for d in job_dirs(tmp_path)]
+    assert record["error_stage"] in ("config", "setup") and record["global_step"] == 0
 
 
 def test_a_model_without_config_says_where_kiln_looked_and_how_to_add_one(tmp_path):

@@ -49,7 +49,7 @@ def options(group: str) -> list[str]:
     return sorted(
         p.stem
         for p in (CONFIGS / group).glob("*.yaml")
-        if not (group == "sweep" and p.stem.startswith("bench"))
+        if not (group == "sweep" and p.stem.startswith(("bench", "pt2")))
     )
 
 

@@ -51,7 +51,7 @@ def images(n: int) -> list[dict]:
 def model_and_data(name: str):
     if name == "vit-tiny":
         return vit(images(16))
-    return build(name, rows(tiny_model(name), 16), 2)
+    return build(name, rows(name, 16), 2)
 
 
 def train(name: str, checkpointing: bool, devices: int = 1, strategy: str = "auto") -> dict:

@@ -29,7 +29,8 @@ def measure(settings: BenchConfig, resolved: dict[str, Any]) -> dict[str, Any]:
         if batch_size is None:
             raise ValueError(
                 f"bench.batch_size=null but model {model_label(resolved['model'])} has no "
-                "batch size of its own (only model=pt2 suite models do); set bench.batch_size=N"
+                "batch size of its own (only model=bench/pt2 suite models do); set "
+                "bench.batch_size=N"
             )
         described = {"batch_size": batch_size, **getattr(module, "describe", dict)()}
         batch = module.example_batch(batch_size)
@@ -52,7 +53,7 @@ def measure(settings: BenchConfig, resolved: dict[str, Any]) -> dict[str, Any]:
 
 
 def _build(settings: BenchConfig, resolved: dict[str, Any]) -> Any:
-    """The module to benchmark: a PyTorch suite model (``model=pt2``) or a registered one."""
+    """The module to benchmark: a PyTorch suite model (``model=bench/pt2``) or a registered one."""
     if not is_suite_model(resolved["model"]):
         return build_module(settings)  # a BenchConfig has no data: one fixed batch
     from kiln.experiments.bench.harness import resolve_device

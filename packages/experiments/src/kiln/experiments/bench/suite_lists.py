@@ -16,11 +16,11 @@ from functools import cache
 from importlib import resources
 
 SUITE_MODEL = "pt2"
-"""``model.name`` of a suite model (``configs/model/pt2.yaml``)."""
+"""``model.name`` of a suite model (``configs/model/bench/pt2.yaml``)."""
 
 
 def is_suite_model(model_cfg: dict) -> bool:
-    """Whether a resolved ``model`` config is a suite model (``model=pt2``)."""
+    """Whether a resolved ``model`` config is a suite model (``model=bench/pt2``)."""
     return model_cfg.get("name") == SUITE_MODEL
 
 

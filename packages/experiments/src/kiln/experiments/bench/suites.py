@@ -1,6 +1,6 @@
 """The models of PyTorch's benchmark suites, built the way its harness builds them, no weights.
 
-``model=pt2 model.suite=hf model.arch=<name>`` (``configs/model/pt2.yaml``; the sweeps
+``model=bench/pt2 model.suite=hf model.arch=<name>`` (``configs/model/bench/pt2.yaml``; the sweeps
 ``sweep=pt2_hf``/``sweep=pt2_timm`` run a whole list) builds a :class:`SuiteModule`: a
 :class:`~kiln.models.KilnModule` around the suite's model whose training step is what
 PyTorch's ``benchmarks/dynamo`` harness steps, so kiln-bench's measurement (interleaved
@@ -203,6 +203,7 @@ class SuiteModule(KilnModule):
     """
 
     task = "benchmark"
+    metric_keys = ("loss",)
 
     def __init__(
         self,
@@ -249,6 +250,14 @@ class SuiteModule(KilnModule):
     def count_items(self, batch: dict[str, torch.Tensor]) -> int:
         return int(next(iter(batch.values())).shape[0])
 
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
+        """The batch's loss (kiln-bench never validates; the contract asks for one)."""
+        loss, _ = self.loss_and_count(batch)
+        return {"loss": loss.detach().reshape(1)}
+
+    def validation_metrics(self, outputs: dict[str, torch.Tensor]) -> dict[str, float]:
+        return {"loss": float(outputs["loss"].float().mean())}
+
     def example_batch(
         self, batch_size: int | None = None, device: torch.device | str | None = None
     ) -> dict[str, torch.Tensor]:
@@ -269,7 +278,7 @@ def build_suite_module(
     optimizer: OptimizerConfig | None = None,
     scheduler: SchedulerConfig | None = None,
 ) -> SuiteModule:
-    """The :class:`SuiteModule` of a ``model=pt2`` config (``suite``, ``arch``, ``size``).
+    """The :class:`SuiteModule` of a ``model=bench/pt2`` config (``suite``, ``arch``, ``size``).
 
     Raises:
         ValueError: Unknown suite, size or name (naming the valid ones).
@@ -278,7 +287,7 @@ def build_suite_module(
     unknown = set(model_cfg) - {"name", "suite", "arch", "size"}
     if unknown:
         raise ValueError(
-            f"model=pt2 has no argument(s) {sorted(unknown)}; valid: suite, arch, size"
+            f"model=bench/pt2 has no argument(s) {sorted(unknown)}; valid: suite, arch, size"
         )
     suite, arch = str(model_cfg.get("suite", "hf")), str(model_cfg.get("arch", ""))
     suite_list(suite)

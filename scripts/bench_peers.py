@@ -11,7 +11,8 @@ HF ``Trainer`` needs and kiln does not), never kiln's.
 Runs interleave (kiln, HF, Lightning; the next round starts one later), and each process's
 own events give: whole-process wall time, start-up (spawn to the first step), median step
 time (after kiln's ``trainer.warmup_steps``), validation time (all validations), and the
-time after training (the last step's validation and checkpoint done, to exit). Printed:
+time after training (the last step's validation and checkpoint done, to exit), and the
+process tree's CPU seconds (user + system; steadier than wall time on a busy machine). Printed:
 medians over runs, and the ratios kiln/HF and kiln/Lightning of the medians.
 
     uv run python scripts/bench_peers.py --runs 3
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -37,7 +39,7 @@ BIN = Path(sys.executable).parent
 PEER_PACKAGES = ("torch", "transformers", "datasets", "lightning", "wandb", "accelerate")
 VARIANTS = ("kiln", "hf", "lightning")
 WARM = "import torch, transformers, lightning, datasets, wandb"
-FIGURES = ("wall_s", "startup_s", "step_s", "validation_s", "after_training_s")
+FIGURES = ("wall_s", "cpu_s", "startup_s", "step_s", "validation_s", "after_training_s")
 
 
 def uv() -> list[str]:
@@ -129,12 +131,14 @@ def run_once(variant: str, args: argparse.Namespace, python: Path, scratch: Path
     env = job_env(events_file, run_dir)
     if variant == "kiln":
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PEERS), env.get("PYTHONPATH")]))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.time()
     proc = subprocess.run(
         command(variant, args, python, run_dir), capture_output=True, text=True, env=env,
         cwd=run_dir,
     )  # fmt: skip
     wall = time.time() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"{variant} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     events = [json.loads(line) for line in events_file.read_text().splitlines()]
@@ -165,6 +169,9 @@ def run_once(variant: str, args: argparse.Namespace, python: Path, scratch: Path
         shutil.rmtree(run_dir, ignore_errors=True)
     return {
         "wall_s": wall,
+        # user + system seconds of the process and the children it waited for: steadier
+        # than wall seconds on a shared machine
+        "cpu_s": after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime,
         "startup_s": first_step - start,
         "step_s": step,
         "validation_s": sum(e - s for s, e in zip(vals, val_ends, strict=True)),

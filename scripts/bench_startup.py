@@ -6,8 +6,8 @@ alike. Printed per variant: median / min / max wall seconds over the rounds and 
 ratio to ``import torch``. The breakdown of a job's time before its first step is read off
 differences between variants that each add one thing: imports, config composition, a
 one-step job (model, data, Fabric setup and the step), W&B's offline run, a second worker,
-and what two cuts took from the default job: timm's import (its weight-decay groups imported
-it) and the interpreter's teardown at exit (``kiln.experiments.fast_exit``). CPU seconds
+and what the cut of the interpreter's teardown at exit took from the default job
+(``kiln.experiments.fast_exit``). CPU seconds
 (user + system) are printed beside wall seconds: on a busy machine they are the steadier
 figure.
 
@@ -37,9 +37,7 @@ JOB_IMPORTS = (
 )
 
 
-# the default job as it ran before two cuts: its weight-decay groups imported timm, and the
-# process ended through the interpreter's teardown of every module
-WITH_TIMM = "import timm; from kiln.experiments.train.cli import main; main()"
+# the default job as it ran before its process ended without the interpreter's teardown
 WITH_TEARDOWN = (
     "from kiln.experiments.train.cli import register_configs, run_hydra_app, task; "
     "run_hydra_app(task, 'train', register_configs)"
@@ -74,13 +72,6 @@ def variants(out: Path) -> dict[str, list[str]]:
             "trainer.max_steps=1",
             "logger=none",
         ],
-        "default job, 1 step, + timm": [
-            sys.executable,
-            "-c",
-            WITH_TIMM,
-            "trainer.max_steps=1",
-            "logger=none",
-        ],
     }
 
 
@@ -88,7 +79,7 @@ def run_once(cmd: list[str], scratch: Path) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system, the process and the children it waited
     for) of one run of ``cmd`` (a job gets a fresh run dir under ``scratch``)."""
     run_dir = Path(tempfile.mkdtemp(dir=scratch))
-    job = Path(cmd[0]).name == "kiln-train" or WITH_TIMM in cmd or WITH_TEARDOWN in cmd
+    job = Path(cmd[0]).name == "kiln-train" or WITH_TEARDOWN in cmd
     if job and "--help" not in cmd and "--cfg" not in cmd:
         cmd = [*cmd, f"hydra.run.dir={run_dir}"]
     env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
@@ -158,7 +149,6 @@ def main() -> None:
         ("model, data, Fabric, 1 step", "1-step job", "job imports"),
         ("W&B offline run", "1-step job, W&B", "1-step job"),
         ("second worker", "1-step job, 2 workers", "1-step job"),
-        ("timm in the default job (cut)", "default job, 1 step, + timm", "default job, 1 step"),
         ("teardown at exit (cut)", "default job, 1 step, + teardown", "default job, 1 step"),
     ]
     print("\nbreakdown (differences of medians):")

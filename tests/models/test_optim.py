@@ -67,19 +67,3 @@ def test_bad_config_values_fail_with_the_valid_choices():
     with pytest.raises(ValueError, match="adamw"):
         OptimizerConfig(name="sgd")
     assert OptimizerConfig(betas=[0.9, 0.95]).betas == (0.9, 0.95)  # Hydra passes lists
-
-
-def test_decay_groups_are_timms():
-    """The split is timm's ``param_groups_weight_decay`` rule, for HF and timm models alike."""
-    from timm.optim import param_groups_weight_decay
-
-    from kiln.models import create_model
-
-    for name in ("bert-tiny-cls", "resnet-tiny"):
-        module = create_model(name)
-        decay, no_decay = parameter_groups(module, 0.1)
-        timm_groups = {
-            g["weight_decay"]: g["params"] for g in param_groups_weight_decay(module, 1.0)
-        }
-        for ours, theirs in ((decay, 1.0), (no_decay, 0.0)):
-            assert [id(p) for p in ours["params"]] == [id(p) for p in timm_groups[theirs]], name

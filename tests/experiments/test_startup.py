@@ -76,3 +76,35 @@ def test_lazy_exports_match_all():
 
     for package in (kiln.core, kiln.models):
         assert sorted(package._exports) == sorted(package.__all__), package.__name__
+
+
+EXIT_PROBE = """
+import atexit, os
+
+OUT = os.environ["EXIT_PROBE_DIR"]
+atexit.register(lambda: open(os.path.join(OUT, "atexit"), "w").close())
+FD = os.open(os.path.join(OUT, "teardown"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+
+
+class Probe:  # collected by the interpreter's teardown of the modules
+    def __del__(self, fd=FD, write=os.write):
+        write(fd, b"ran")
+
+
+probe = Probe()
+"""
+
+
+@pytest.mark.process
+def test_a_finished_job_ends_its_process_without_the_interpreters_teardown(tmp_path):
+    """After a job ends, kiln-train runs the exit handlers (W&B's, logging's, a plugin's) and
+    ends the process without Python's teardown of every module (seconds with torch loaded)."""
+    from train_helpers import FAST, run_train
+
+    (tmp_path / "exit_probe.py").write_text(EXIT_PROBE)
+    env = {"PYTHONPATH": str(tmp_path), "EXIT_PROBE_DIR": str(tmp_path)}
+    proc = run_train([*FAST, "logger=csv", "plugins=[exit_probe]"], tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "kiln-train: ok" in proc.stdout, proc.stdout[-2000:]  # stdout flushed
+    assert (tmp_path / "atexit").exists()
+    assert (tmp_path / "teardown").read_text() == ""

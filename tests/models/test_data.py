@@ -49,6 +49,35 @@ def test_text_batches_have_one_static_shape_and_val_padding_is_ignored():
     assert (labels == IGNORE_INDEX).sum() == 8 and (labels[:40] != IGNORE_INDEX).all()
 
 
+def test_validation_batches_are_read_a_batch_at_a_time(monkeypatch):
+    """The padded validation set reads each batch's rows in one read of the HF dataset
+    (``__getitems__``: one Arrow slice), not one lookup per row, and yields the same batches."""
+    import datasets
+
+    module = tiny_model("bert-tiny-cls", data=True)
+    data = module.data_module
+    data.val_batch_size = 16  # 40 rows -> 48: the last batch holds 8 padding rows
+    data.setup()
+    rows = [data.val_set[i] for i in range(len(data.val_set))]
+    reads = {"rows": 0, "batches": 0}
+    for name, kind in (("__getitem__", "rows"), ("__getitems__", "batches")):
+        original = getattr(datasets.Dataset, name)
+
+        def counted(self, key, *args, _original=original, _kind=kind, **kwargs):
+            reads[_kind] += _kind == "batches" or isinstance(key, int)  # a row, or a batch
+            return _original(self, key, *args, **kwargs)
+
+        monkeypatch.setattr(datasets.Dataset, name, counted)
+    val = list(data.val_dataloader())
+    assert reads == {"rows": 1, "batches": 3}, reads  # 3 batches; the padding copies row 0
+    labels = torch.cat([b["labels"] for b in val])
+    assert (labels[40:] == IGNORE_INDEX).all()
+    for key in ("input_ids", "attention_mask", "labels"):
+        expected = torch.stack([row[key] for row in rows])
+        assert torch.equal(torch.cat([b[key] for b in val])[:40], expected), key
+    assert torch.equal(val[-1]["input_ids"][8:], rows[0]["input_ids"].expand(8, -1))
+
+
 def test_tokenized_data_is_cached_on_disk(kiln_cache):
     first = tiny_data("text-classification", tokenizer=tiny_model("bert-tiny-cls").tokenizer)
     first.setup()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from kiln.experiments.config import run_hydra_app
+from kiln.experiments.fast_exit import end_process
 from kiln.experiments.train.objective import OptimizedMetric, objective_value
 from kiln.experiments.train.schema import register_configs
 
@@ -54,8 +55,10 @@ def optimized_metric(cfg: DictConfig) -> OptimizedMetric:
 
 
 def main() -> None:
-    """Console script entry point."""
+    """Console script entry point: the process ends here (a failed job exits non-zero
+    through ``SystemExit``; a finished one without the interpreter's teardown)."""
     run_hydra_app(task, "train", register_configs)
+    end_process()
 
 
 if __name__ == "__main__":

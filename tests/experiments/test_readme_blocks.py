@@ -75,7 +75,11 @@ def _compose(name: str, overrides: list[str]) -> None:
     if name == "kiln-train":
         from kiln.experiments.train.schema import validate
 
-        cfg = compose_train(overrides, hydra_config=True)
+        # the example plugin stands in for the user's installed one, whose configs/ folder
+        # kiln's search-path plugin adds (test_plugin_configs.py installs it for real)
+        plugin = "hydra.searchpath=[pkg://kiln_plugin_example.configs]"
+        searched = any(o.startswith("hydra.searchpath") for o in overrides)
+        cfg = compose_train([*overrides, *([] if searched else [plugin])], hydra_config=True)
     else:
         from kiln.experiments.bench.schema import register_configs
 

@@ -52,7 +52,7 @@ class PaddedValidationSet(Dataset):
         if fetch is None or not indices:
             return [self[i] for i in indices]
         real = iter(fetch([i for i in indices if i < self.num_real]))
-        pad = self._padding_row(self.dataset[0]) if max(indices) >= self.num_real else None
+        pad = self._padding_row(self.dataset[0]) if max(indices) >= self.num_real else {}
         return [next(real) if i < self.num_real else dict(pad) for i in indices]
 
     @staticmethod

@@ -7,19 +7,16 @@ from typing import Any
 import torch
 
 from kiln.models.data.base import IGNORE_INDEX
-from kiln.models.hf import TINY_TEXT, HFModule, config_built, tiny_for_arch
+from kiln.models.hf import TINY_TEXT, config_built, tiny_for_arch
+from kiln.models.hf_token_module import HFTokenModule
 from kiln.models.registry import register_alias, register_model
 from kiln.models.tokens import (
-    count_tokens,
-    mean_token_loss,
     perplexity,
     token_accuracy,
-    token_nll,
-    token_outputs,
 )
 
 
-class HFMaskedLM(HFModule):
+class HFMaskedLM(HFTokenModule):
     """Masked language modelling (``AutoModelForMaskedLM``) on ``MaskedLMData``.
 
     ``num_items`` is the number of masked (label) tokens, so accumulation weights
@@ -42,18 +39,6 @@ class HFMaskedLM(HFModule):
         from kiln.models.data import MaskedLMData
 
         return MaskedLMData(**TINY_TEXT)
-
-    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.model(**self.model_inputs(batch)).logits
-
-    def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        return mean_token_loss(*token_nll(self.logits(batch), batch["labels"]))
-
-    def count_items(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return count_tokens(batch["labels"])
-
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
-        return token_outputs(self.logits(batch), batch["labels"])
 
     def validation_metrics(self, outputs: dict[str, torch.Tensor]) -> dict[str, float]:
         return {"accuracy": token_accuracy(outputs), **perplexity(outputs)}

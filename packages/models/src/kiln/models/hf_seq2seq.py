@@ -7,20 +7,17 @@ from typing import Any
 import torch
 
 from kiln.models.data.base import IGNORE_INDEX
-from kiln.models.hf import TINY_TEXT, HFModule, config_built, tiny_for_arch
+from kiln.models.hf import TINY_TEXT, config_built, tiny_for_arch
+from kiln.models.hf_token_module import HFTokenModule
 from kiln.models.metrics import load_metric
 from kiln.models.registry import register_alias, register_model
 from kiln.models.tokens import (
-    count_tokens,
-    mean_token_loss,
     perplexity,
     token_accuracy,
-    token_nll,
-    token_outputs,
 )
 
 
-class HFSeq2SeqLM(HFModule):
+class HFSeq2SeqLM(HFTokenModule):
     """An encoder-decoder LM (``...ForConditionalGeneration``) on ``Seq2SeqData``.
 
     The decoder reads the labels shifted right (the model's own
@@ -59,18 +56,6 @@ class HFSeq2SeqLM(HFModule):
             labels=labels
         )
         return inputs
-
-    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.model(**self.model_inputs(batch)).logits
-
-    def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        return mean_token_loss(*token_nll(self.logits(batch), batch["labels"]))
-
-    def count_items(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return count_tokens(batch["labels"])
-
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
-        return token_outputs(self.logits(batch), batch["labels"])
 
     def validation_metrics(self, outputs: dict[str, torch.Tensor]) -> dict[str, float]:
         labels = outputs["labels"]

@@ -7,13 +7,13 @@ from typing import Any
 import torch
 
 from kiln.models.data.base import IGNORE_INDEX
-from kiln.models.hf import TINY_TEXT, HFModule, config_built, label_head, tiny_for_arch
+from kiln.models.hf import TINY_TEXT, config_built, label_head, tiny_for_arch
+from kiln.models.hf_token_module import HFTokenModule
 from kiln.models.metrics import load_metric
 from kiln.models.registry import register_alias, register_model
-from kiln.models.tokens import count_tokens, mean_token_loss, token_nll, token_outputs
 
 
-class HFTokenClassifier(HFModule):
+class HFTokenClassifier(HFTokenModule):
     """Per-token classification on ``TokenClassificationData`` (labels -100 where skipped).
 
     The loss is token-weighted: ``num_items`` is the number of labelled tokens (each
@@ -42,18 +42,6 @@ class HFTokenClassifier(HFModule):
         from kiln.models.data import TokenClassificationData
 
         return TokenClassificationData(**TINY_TEXT)
-
-    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.model(**self.model_inputs(batch)).logits
-
-    def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        return mean_token_loss(*token_nll(self.logits(batch), batch["labels"]))
-
-    def count_items(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return count_tokens(batch["labels"])
-
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
-        return token_outputs(self.logits(batch), batch["labels"])
 
     def validation_metrics(self, outputs: dict[str, torch.Tensor]) -> dict[str, float]:
         names = self.model.config.id2label

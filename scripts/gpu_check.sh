@@ -2,12 +2,18 @@
 # kiln's GPU check: the CUDA-only kiln-bench paths on a few tiny models, then the report.
 #
 #   scripts/gpu_check.sh            # on a machine with a CUDA GPU and only this repository
+#   scripts/gpu_check.sh suites     # the PyTorch 2 suites' subset instead (see below)
+#   scripts/gpu_check.sh all        # both, one after the other
 #
 # Covers reduce-overhead (CUDA graphs), 16-mixed (fp16 AMP with its GradScaler), bf16-mixed
 # and max-autotune; each job checks loss and gradients against eager. With 2+ GPUs, an FSDP
 # row (bf16-mixed, compile=default, kiln-train) next to DDP. Sets up its own
 # environment (uv, then `uv sync` from the committed uv.lock) and exits 0 with a message
 # when there is no CUDA GPU. Sized to finish within 8 minutes on one H200.
+# `suites`: 8 HF + 8 TIMM models of PyTorch's dashboard lists at the suite's sizes and batch
+# sizes, compile=default against eager (interleaved in each job) at FP32 and fp16 AMP, plus
+# reduce-overhead on 2 + 2 of them, then kiln-report's seed table; each sweep has a time
+# limit so the whole part ends within 10 minutes, a model that runs out is a missing row.
 # Environment: KILN_GPU_CHECK_DIR (output dir), KILN_SKIP_SYNC=1 (use the existing .venv).
 # On a machine without network whose python3 already has torch (the lent H200 image):
 #   KILN_PYTHON=python3 KILN_WHEELS=.whl scripts/gpu_check.sh
@@ -15,6 +21,8 @@
 # and runs kiln from its source folders with that interpreter.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+PART="${1:-core}"
+case "$PART" in core|suites|all) ;; *) echo "gpu_check: unknown part '$PART'; use core, suites or all"; exit 2;; esac
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
     echo "gpu_check: no CUDA GPU here (nvidia-smi finds none); skipping"
@@ -47,10 +55,38 @@ if ! $PY -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"
     exit 0
 fi
 
+OUT="${KILN_GPU_CHECK_DIR:-outputs/gpu_check/$(date +%Y-%m-%d_%H-%M-%S)}"
+
+suites() {
+    # Small-to-mid models of each list; each sweep stops at its time limit
+    # (4 + 4 + 1 + 1 minutes), and the report shows the rows that finished.
+    local hf="BertForMaskedLM,DistilBertForQuestionAnswering,GPT2ForSequenceClassification"
+    hf+=",T5Small,ElectraForCausalLM,RobertaForCausalLM,DistillGPT2,LayoutLMForSequenceClassification"
+    local timm="mobilenetv2_100,deit_tiny_patch16_224.fb_in1k,ghostnet_100,tf_efficientnet_b0"
+    timm+=",repvgg_a2,mobilevit_s,convnextv2_nano.fcmae_ft_in22k_in1k,visformer_small"
+    local args=(trainer.accelerator=cuda bench.repeats=10 bench.warmup=3 logger=csv)
+    timeout 240 "${BENCH[@]}" -m sweep=pt2_hf "model.arch=$hf" compile=default \
+        precision=32-true,16-mixed "${args[@]}" "hydra.sweep.dir=$OUT/suites/pt2_hf" || status=$?
+    timeout 240 "${BENCH[@]}" -m sweep=pt2_timm "model.arch=$timm" compile=default \
+        precision=32-true,16-mixed "${args[@]}" "hydra.sweep.dir=$OUT/suites/pt2_timm" || status=$?
+    # CUDA graphs on two of each, AMP
+    timeout 50 "${BENCH[@]}" -m sweep=pt2_hf model.arch=BertForMaskedLM,T5Small \
+        compile=reduce-overhead precision=16-mixed "${args[@]}" \
+        "hydra.sweep.dir=$OUT/suites/pt2_hf_ro" || status=$?
+    timeout 50 "${BENCH[@]}" -m sweep=pt2_timm model.arch=mobilenetv2_100,deit_tiny_patch16_224.fb_in1k \
+        compile=reduce-overhead precision=16-mixed "${args[@]}" \
+        "hydra.sweep.dir=$OUT/suites/pt2_timm_ro" || status=$?
+    "${REPORT[@]}" "$OUT/suites" || status=$?
+}
+if [[ "$PART" == suites ]]; then
+    suites
+    echo "gpu_check: suites report in $OUT/suites (exit status $status)"
+    exit "$status"
+fi
+
 # The CUDA-only paths of kiln.core.fit (tests marked gpu): fp16 AMP, CUDA graphs, timing.
 timeout 150 "$PY" -m pytest -m gpu tests/gpu -q -p no:cacheprovider || status=$?
 
-OUT="${KILN_GPU_CHECK_DIR:-outputs/gpu_check/$(date +%Y-%m-%d_%H-%M-%S)}"
 COMMON=(trainer.accelerator=cuda bench.repeats=10 bench.warmup=3 bench.batch_size=32
         "hydra.sweep.dir=$OUT")
 # 2 models x {default, reduce-overhead} x {16-mixed, bf16-mixed} = 8 jobs
@@ -74,5 +110,6 @@ else
     echo "gpu_check: FSDP row skipped: $GPUS CUDA device(s), FSDP needs 2 (one process each)"
 fi
 "${REPORT[@]}" "$OUT" || status=$?
+[[ "$PART" == all ]] && suites
 echo "gpu_check: report in $OUT (exit status $status: non-zero when a job failed or timed out)"
 exit "$status"

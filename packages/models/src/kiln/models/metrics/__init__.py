@@ -16,16 +16,22 @@ METRICS_DIR = Path(__file__).parent
 METRIC_NAMES = ("accuracy", "f1", "perplexity", "seqeval", "squad")
 
 
-def metric_info(description: str, inputs: str, **features: str) -> evaluate.MetricInfo:
+def metric_info(description: str, inputs: str, **features: str | list[str]) -> evaluate.MetricInfo:
     """The ``_info`` of a kiln metric script: its description, its inputs' docs, and one
-    ``datasets.Value`` feature per input (``predictions="int64"``)."""
+    feature per input: a ``datasets.Value`` of a dtype (``predictions="int64"``), or a
+    ``datasets.Sequence`` of one for a one-element list (``predictions=["string"]``)."""
     import datasets
+
+    def feature(dtype: str | list[str]) -> datasets.Value | datasets.Sequence:
+        if isinstance(dtype, list):
+            return datasets.Sequence(datasets.Value(*dtype))
+        return datasets.Value(dtype)
 
     return evaluate.MetricInfo(
         description=description,
         citation="",
         inputs_description=inputs,
-        features=datasets.Features({k: datasets.Value(v) for k, v in features.items()}),
+        features=datasets.Features({k: feature(v) for k, v in features.items()}),
     )
 
 

@@ -282,7 +282,7 @@ def num_classes(splits: tuple[datasets.Dataset, ...], column: str) -> int:
     split's feature), else the largest class index + 1."""
     feature = splits[0].features[column]
     if isinstance(feature, datasets.ClassLabel):
-        return feature.num_classes
+        return len(feature.names)  # its num_classes (an init-only field to type checkers)
     return int(max(label for split in splits for label in split[column])) + 1
 
 

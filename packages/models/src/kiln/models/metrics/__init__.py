@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Any
 
 import evaluate
 
@@ -22,9 +23,10 @@ def metric_info(description: str, inputs: str, **features: str | list[str]) -> e
     ``datasets.Sequence`` of one for a one-element list (``predictions=["string"]``)."""
     import datasets
 
-    def feature(dtype: str | list[str]) -> datasets.Value | datasets.Sequence:
+    def feature(dtype: str | list[str]) -> Any:  # datasets 4+ makes a Sequence a List
         if isinstance(dtype, list):
-            return datasets.Sequence(datasets.Value(*dtype))
+            (inner,) = dtype  # one dtype, of the sequence's items
+            return datasets.Sequence(datasets.Value(inner))
         return datasets.Value(dtype)
 
     return evaluate.MetricInfo(

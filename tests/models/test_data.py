@@ -123,6 +123,21 @@ def test_missing_column_names_the_columns_found(tmp_path):
     assert data.num_labels == 2 and data.label_names == ["neg", "pos"]
 
 
+def test_integer_labels_count_the_classes_of_both_splits(tmp_path):
+    import datasets
+
+    (tmp_path / "train.csv").write_text("text,label\ngood,1\nbad,0\n")
+    (tmp_path / "val.csv").write_text("text,label\nfine,2\n")  # the largest class
+    files = {"train": str(tmp_path / "train.csv"), "validation": str(tmp_path / "val.csv")}
+    assert TextClassificationData(dataset="csv", data_files=files).num_labels == 3
+    images = np.zeros((8, 8), dtype=np.uint8).tolist()
+    for split, labels in (("train", [1, 0]), ("validation", [2])):
+        rows = {"image": [images] * len(labels), "label": labels}
+        datasets.Dataset.from_dict(rows).to_parquet(str(tmp_path / f"{split}.parquet"))
+    files = {split: str(tmp_path / f"{split}.parquet") for split in ("train", "validation")}
+    assert ImageClassificationData(dataset="parquet", data_files=files).num_labels == 3
+
+
 @pytest.mark.parametrize(
     ("rows", "said"),
     [

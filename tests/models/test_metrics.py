@@ -41,3 +41,16 @@ def test_seqeval_scores_whole_entities_and_tokens():
         predictions=[["O", "I-ORG", "I-ORG"]], references=[["O", "B-ORG", "I-ORG"]]
     )
     assert lenient["f1"] == 1.0
+
+
+def test_metric_inputs_have_their_types():
+    import datasets
+
+    tags = datasets.Sequence(datasets.Value("string"))
+    assert load_metric("seqeval").features == datasets.Features(predictions=tags, references=tags)
+    text = datasets.Value("string")
+    assert load_metric("squad").features == datasets.Features(predictions=text, references=text)
+    label = datasets.Value("int64")
+    assert load_metric("accuracy").features == datasets.Features(
+        predictions=label, references=label
+    )

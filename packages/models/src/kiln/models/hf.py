@@ -270,6 +270,11 @@ class HFModule(KilnModule):
         ids = torch.randint(1000, self.vocab_size, (batch_size, length), generator=generator)
         return ids.to(device)
 
+    @staticmethod
+    def _unpadded_batch(ids: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        """An example batch of ``ids`` without padding (every token attended) and ``labels``."""
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
     def _example_length(self) -> int:
         data_length = getattr(self.data_module, "max_length", None)
         return min(data_length or 64, self.max_positions or 64)
@@ -313,7 +318,7 @@ class HFSequenceClassifier(HFModule):
     def example_batch(self, batch_size: int, device: Any = None) -> dict[str, torch.Tensor]:
         ids = self._example_ids(batch_size, self._example_length(), device)
         labels = torch.arange(batch_size, device=device) % self.num_labels
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+        return self._unpadded_batch(ids, labels)
 
 
 class HFCausalLM(HFModule):
@@ -363,7 +368,7 @@ class HFCausalLM(HFModule):
 
     def example_batch(self, batch_size: int, device: Any = None) -> dict[str, torch.Tensor]:
         ids = self._example_ids(batch_size, self._example_length(), device)
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+        return self._unpadded_batch(ids, ids.clone())
 
 
 # -- registered models ------------------------------------------------------------------

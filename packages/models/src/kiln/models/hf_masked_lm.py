@@ -47,7 +47,7 @@ class HFMaskedLM(HFTokenModule):
         ids = self._example_ids(batch_size, self._example_length(), device)
         chosen = torch.arange(ids.shape[1], device=ids.device) % 7 == 3  # about 15%
         labels = torch.where(chosen, ids, torch.full_like(ids, IGNORE_INDEX))
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+        return self._unpadded_batch(ids, labels)
 
 
 @register_model("hf-mlm", task="masked-lm", tiny=tiny_for_arch("bert"))

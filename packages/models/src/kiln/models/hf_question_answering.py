@@ -99,7 +99,7 @@ class HFQuestionAnswering(HFModule):
         ids = self._example_ids(batch_size, length, device)
         start = torch.arange(batch_size) % (length // 2) + 1
         labels = torch.stack([start, start + 2], dim=1).to(device)
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+        return self._unpadded_batch(ids, labels)
 
 
 @register_model("hf-qa", task="question-answering", tiny=tiny_for_arch("bert"))

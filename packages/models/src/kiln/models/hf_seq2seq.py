@@ -71,7 +71,7 @@ class HFSeq2SeqLM(HFTokenModule):
         length = getattr(self.data_module, "max_target_length", 16)
         labels = self._example_ids(batch_size, length, device)
         labels[:, length * 3 // 4 :] = IGNORE_INDEX  # a padded tail, as the data has
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+        return self._unpadded_batch(ids, labels)
 
 
 @register_model("hf-seq2seq", task="seq2seq-lm", tiny=tiny_for_arch("t5"))

@@ -61,7 +61,7 @@ class HFTokenClassifier(HFTokenModule):
         ids = self._example_ids(batch_size, self._example_length(), device)
         labels = torch.arange(ids.numel(), device=ids.device).view_as(ids) % self.num_labels
         labels[:, 0] = IGNORE_INDEX  # the [CLS] token, as the data has it
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+        return self._unpadded_batch(ids, labels)
 
 
 @register_model("hf-token-cls", task="token-classification", tiny=tiny_for_arch("bert"))

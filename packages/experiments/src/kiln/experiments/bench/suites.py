@@ -294,25 +294,18 @@ def build_suite_module(
     size = resolve_size(str(model_cfg.get("size", "auto")), device)
     listed = suite_batch_size(suite, arch)  # also refuses a name that is not in the list
     batch = listed if size == "suite" else SMALL_BATCH
+    seq_len, input_size = None, None
     if suite == "hf":
         model, seq_len = build_hf(arch, size)
-        return SuiteModule(
-            model,
-            suite=suite,
-            arch=arch,
-            size=size,
-            batch_size=batch,
-            seq_len=seq_len,
-            optimizer=optimizer,
-            scheduler=scheduler,
-        )
-    model, input_size = build_timm(arch, size)
+    else:
+        model, input_size = build_timm(arch, size)
     return SuiteModule(
         model,
         suite=suite,
         arch=arch,
         size=size,
         batch_size=batch,
+        seq_len=seq_len,
         input_size=input_size,
         optimizer=optimizer,
         scheduler=scheduler,

@@ -18,7 +18,7 @@ from kiln.core.optional import require
 from kiln.models.contract import ImageModel
 from kiln.models.contract import require as require_members
 from kiln.models.data.base import DataModule, default_cache_dir
-from kiln.models.data.sources import check_columns, load_raw
+from kiln.models.data.sources import check_columns, load_raw, num_classes
 
 DIGITS = "digits"
 
@@ -124,11 +124,7 @@ class ImageClassificationData(DataModule):
     @property
     def num_labels(self) -> int:
         """Classes in the data."""
-        train, val = self.raw()
-        feature = train.features[self.label_column]
-        if isinstance(feature, datasets.ClassLabel):
-            return feature.num_classes
-        return int(max(max(train[self.label_column]), max(val[self.label_column]))) + 1
+        return num_classes(self.raw(), self.label_column)
 
     def attach(self, module: Any) -> None:
         """Take the model's data config (input size, mean, std) and check the labels fit.

@@ -277,5 +277,14 @@ def check_labels(data: datasets.Dataset, column: str, where: tuple[str, int | No
         raise ValueError(f"{bad}; {valid}")
 
 
+def num_classes(splits: tuple[datasets.Dataset, ...], column: str) -> int:
+    """Classes of the label ``column`` over ``splits``: the ``ClassLabel``'s size (the first
+    split's feature), else the largest class index + 1."""
+    feature = splits[0].features[column]
+    if isinstance(feature, datasets.ClassLabel):
+        return len(feature.names)  # its num_classes (an init-only field to type checkers)
+    return int(max(label for split in splits for label in split[column])) + 1
+
+
 def _holds_names(data: datasets.Dataset, column: str) -> bool:
     return "string" in str(getattr(data.features[column], "dtype", ""))

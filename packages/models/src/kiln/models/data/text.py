@@ -26,6 +26,7 @@ from kiln.models.data.sources import (
     first_bad_label,
     hold_out,
     load_splits,
+    num_classes,
     rows_of,
 )
 
@@ -300,13 +301,7 @@ class TextClassificationData(TextData):
     def num_labels(self) -> int:
         """Classes in the data (the ``ClassLabel`` size, or the largest label + 1)."""
         if self._num_labels is None:
-            train, val = self.raw()
-            feature = train.features[self.label_column]
-            if isinstance(feature, datasets.ClassLabel):
-                self._num_labels = feature.num_classes
-            else:
-                labels = [*train[self.label_column], *val[self.label_column]]
-                self._num_labels = int(max(labels)) + 1
+            self._num_labels = num_classes(self.raw(), self.label_column)
         return self._num_labels
 
     @property

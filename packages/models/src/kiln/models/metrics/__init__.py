@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Any
 
 import evaluate
 
@@ -16,16 +17,23 @@ METRICS_DIR = Path(__file__).parent
 METRIC_NAMES = ("accuracy", "f1", "perplexity", "seqeval", "squad")
 
 
-def metric_info(description: str, inputs: str, **features: str) -> evaluate.MetricInfo:
+def metric_info(description: str, inputs: str, **features: str | list[str]) -> evaluate.MetricInfo:
     """The ``_info`` of a kiln metric script: its description, its inputs' docs, and one
-    ``datasets.Value`` feature per input (``predictions="int64"``)."""
+    feature per input: a ``datasets.Value`` of a dtype (``predictions="int64"``), or a
+    ``datasets.Sequence`` of one for a one-element list (``predictions=["string"]``)."""
     import datasets
+
+    def feature(dtype: str | list[str]) -> Any:  # datasets 4+ makes a Sequence a List
+        if isinstance(dtype, list):
+            (inner,) = dtype  # one dtype, of the sequence's items
+            return datasets.Sequence(datasets.Value(inner))
+        return datasets.Value(dtype)
 
     return evaluate.MetricInfo(
         description=description,
         citation="",
         inputs_description=inputs,
-        features=datasets.Features({k: datasets.Value(v) for k, v in features.items()}),
+        features=datasets.Features({k: feature(v) for k, v in features.items()}),
     )
 
 

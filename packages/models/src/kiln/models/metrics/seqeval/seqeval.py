@@ -6,8 +6,9 @@ starts an entity too (seqeval's lenient IOB2). A predicted entity counts when it
 and both ends equal a reference entity's.
 """
 
-import datasets
 import evaluate
+
+from kiln.models.metrics import metric_info
 
 _DESCRIPTION = "seqeval-style entity precision/recall/F1 and token accuracy of IOB2 tags."
 _KWARGS = """
@@ -35,17 +36,7 @@ def entities(tags: list[str]) -> set[tuple[str, int, int]]:
 
 class Seqeval(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS,
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Sequence(datasets.Value("string")),
-                    "references": datasets.Sequence(datasets.Value("string")),
-                }
-            ),
-        )
+        return metric_info(_DESCRIPTION, _KWARGS, predictions=["string"], references=["string"])
 
     def _compute(self, predictions, references):
         tp = n_pred = n_ref = correct = total = 0

@@ -8,8 +8,9 @@ import collections
 import re
 import string
 
-import datasets
 import evaluate
+
+from kiln.models.metrics import metric_info
 
 _DESCRIPTION = "Exact match and word F1 of predicted answer strings against the references."
 _KWARGS = """
@@ -40,14 +41,7 @@ def _f1(prediction: str, reference: str) -> float:
 
 class Squad(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS,
-            features=datasets.Features(
-                {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
-            ),
-        )
+        return metric_info(_DESCRIPTION, _KWARGS, predictions="string", references="string")
 
     def _compute(self, predictions, references):
         if not predictions:

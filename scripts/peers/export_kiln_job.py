@@ -27,7 +27,7 @@ def main(out: Path, overrides: list[str]) -> None:
     from kiln.core.data import epoch_batches, training_loader
     from kiln.experiments.config import config_dir
     from kiln.experiments.train.preflight import build_checked
-    from kiln.experiments.train.schema import register_configs
+    from kiln.experiments.train.schema import register_configs, validate
     from kiln.models.optim import parameter_groups
 
     register_configs()
@@ -36,7 +36,7 @@ def main(out: Path, overrides: list[str]) -> None:
         cfg = compose("train", overrides=[*overrides, f"paths.output_dir={out}"])
     resolved = OmegaConf.to_container(cfg, resolve=True)
     trainer, data_cfg = resolved["trainer"], resolved["data"]
-    module = build_checked(resolved)  # seeded and built exactly as kiln-train's job does
+    module = build_checked(validate(cfg))  # seeded and built exactly as kiln-train's job does
     init_hash = weights_hash(module)
     module.export(out / "model")
     data = module.data_module

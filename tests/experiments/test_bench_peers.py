@@ -40,6 +40,21 @@ def test_peers_metrics_are_kilns():
     assert peer == pytest.approx({k: kiln[k] for k in ("accuracy", "f1")})
 
 
+def test_the_export_of_kilns_job_holds_its_weights_rows_and_hyperparameters(tmp_path):
+    """The step bench_peers.py runs in kiln's own environment (the peers' needs none of kiln)."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "peers" / "export_kiln_job.py"), str(tmp_path),
+         "+model.tiny=true", "trainer.max_steps=3"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job = json.loads((tmp_path / "job.json").read_text())
+    assert job["max_steps"] == 3 and job["init_weights_sha256"] and job["no_decay"]
+    rows = (tmp_path / "train.jsonl").read_text().splitlines()
+    assert len(rows) == 3 * job["batch_size"]  # one line per row of each step, in kiln's order
+    assert (tmp_path / "model" / "config.json").is_file()
+
+
 @pytest.mark.slow  # builds the peers' environment and runs three jobs
 def test_bench_peers_runs_the_same_job_three_ways(tmp_path):
     out = tmp_path / "peers.json"

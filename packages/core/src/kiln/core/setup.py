@@ -98,8 +98,7 @@ def setup(
 ) -> Context:
     """Build Fabric, the loaders, the (compiled) model and the optimizer for ``fit``."""
     fabric = build_fabric(trainer, loggers, [module, *(callbacks or [])], plugins)
-    if one_process_environment(trainer) is not None:  # FSDP on one process (sharding.py)
-        join_one_process_group(fabric)
+    join_one_process_group(fabric)  # FSDP on one process only (sharding.py)
     fabric.launch()  # sets up the process group; processes were started by kiln.core.launch
     check_world_size(fabric, trainer)  # the world that trains is the one the config records
     if trainer.checkpoint_dir is not None:

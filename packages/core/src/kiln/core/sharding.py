@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from lightning.fabric.plugins.environments.lightning import LightningEnvironment
 from torch import nn
 
 from kiln.core.compile import repeated_blocks
@@ -121,37 +122,42 @@ def shard_module(
     return module
 
 
-def one_process_environment(trainer: TrainerConfig) -> Any | None:
-    """The cluster environment of an FSDP run on one process that no launcher started, else
-    ``None``. Fabric's own would "launch" it: its script launcher sets ``LOCAL_RANK`` and
-    ``WORLD_SIZE`` in this process's environment, after which it looks like one rank of a
-    torchrun job (``kiln.core.launch`` would then run a later job of N ranks in-process)."""
-    from lightning.fabric.plugins.environments import LightningEnvironment
+class OneProcessEnvironment(LightningEnvironment):
+    """The cluster environment of an FSDP run on one process that no launcher started.
 
+    Fabric's own would "launch" it: its script launcher sets ``LOCAL_RANK`` and
+    ``WORLD_SIZE`` in this process's environment, after which the process looks like one
+    rank of a torchrun job (``kiln.core.launch`` would then run a later job of N ranks
+    in-process). Here there is nothing to start: this process is the job.
+    """
+
+    @property
+    def creates_processes_externally(self) -> bool:
+        return True
+
+
+def one_process_environment(trainer: TrainerConfig) -> OneProcessEnvironment | None:
+    """:class:`OneProcessEnvironment` for ``trainer.strategy=fsdp`` on one process that no
+    launcher started (torchrun's or SLURM's environment is right for theirs), else ``None``."""
     from kiln.core.launch import launched_externally
 
     if trainer.strategy != "fsdp" or trainer.devices * trainer.num_nodes > 1:
         return None
-    if launched_externally():  # torchrun or SLURM with one process: theirs is right
-        return None
-
-    class OneProcess(LightningEnvironment):
-        @property
-        def creates_processes_externally(self) -> bool:
-            return True  # nothing to start: this process is the job
-
-    return OneProcess()
+    return None if launched_externally() else OneProcessEnvironment()
 
 
 def join_one_process_group(fabric: Any) -> None:
     """Join a process group of one rank (gloo, or NCCL on a GPU) on an in-memory store,
-    before ``fabric.launch`` would open one on a TCP port: FSDP2 needs a group even when
-    there is nobody to talk to. A group this process already has is kept."""
-    if dist.is_initialized():
+    before ``fabric.launch`` would open one on a TCP port, when ``fabric`` runs in a
+    :class:`OneProcessEnvironment`: FSDP2 needs a group even when there is nobody to talk
+    to. A group this process already has is kept."""
+    environment = getattr(fabric.strategy, "cluster_environment", None)  # one device: none
+    if not isinstance(environment, OneProcessEnvironment) or dist.is_initialized():
         return
     device = fabric.strategy.root_device
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    store = dist.HashStore()  # pyright: ignore[reportPrivateImportUsage]
+    dist.init_process_group(backend, store=store, rank=0, world_size=1)
 
 
 def _mesh(device_mesh: Any, sharding: str, num_nodes: int) -> Any:

@@ -268,7 +268,6 @@ def test_compile_with_fsdp_trains_and_reports_graph_breaks_and_recompiles(
 @pytest.mark.parametrize(
     ("kw", "match"),
     [
-        (dict(devices=1), r"strategy=fsdp shards the model over several processes"),
         (dict(devices=2, precision="16-mixed"), r"16-mixed.*not supported with.*fsdp"),
         (dict(devices=2, fsdp={"sharding": "half"}), r"trainer.fsdp.sharding='half'.*full, hybrid"),
         (dict(devices=2, fsdp={"sharding": "hybrid"}), r"hybrid.*num_nodes>=2"),
@@ -308,6 +307,29 @@ def test_hybrid_sharding_replicates_across_nodes_and_shards_within_one(ranks) ->
         assert hybrid["mesh"] == ("replicate", "shard")
         assert hybrid["placements"] == ["Replicate", "Shard"]
         assert hybrid["local"] == (16, 16)
+
+
+def test_fsdp_on_one_process_trains_on_a_mesh_of_one_rank_and_says_so(tmp_path, caplog) -> None:
+    """Documented behaviour (was a refusal): one shard, the same updates as one device, a
+    sharded checkpoint, and no launcher environment left behind in this process."""
+    from kiln.core.launch import launched_externally
+
+    module, plain = ToyBlocksModule(**MODULE_KW), ToyBlocksModule(**MODULE_KW)
+    with caplog.at_level(logging.INFO, logger="kiln.core.sharding"):
+        result = fit(module, fsdp_trainer(devices=1, max_steps=3, checkpoint_dir=str(tmp_path)))
+    assert result.global_step == 3
+    assert "trainer.strategy=fsdp on one process: a mesh of one rank shards nothing" in caplog.text
+    weight = module.blocks[0].linear.weight
+    assert type(weight).__name__ == "DTensor" and weight.device_mesh.size() == 1
+    assert tuple(weight.to_local().shape) == (16, 16)  # one whole shard
+    checkpoint = tmp_path / "step-00000003.ckpt"
+    assert sorted(p.name for p in checkpoint.iterdir()) == [
+        ".metadata", "__0_0.distcp", "checksums.json", "meta.pt"
+    ]  # fmt: skip
+    assert not launched_externally()  # a later launch(fn, 2) still starts its processes
+    fit(plain, fsdp_trainer(devices=1, max_steps=3, strategy="auto"))
+    for key, value in full_weights(plain).items():
+        torch.testing.assert_close(full_weights(module)[key], value, **EXACT, msg=key)
 
 
 def test_blocks_wrapped_for_activation_checkpointing_are_still_the_blocks_to_shard() -> None:

@@ -2,10 +2,10 @@
 global batch (devices x micro-batch x accumulation) stays the same, and with dropout off the
 run ends within 1e-12 (float64) of the uninterrupted one, 2 -> 1 and 1 -> 2 gloo ranks. Step k
 trains on the same samples on any world size (``kiln.core.data``), so the uninterrupted runs
-on 1 and 2 ranks agree too. Under FSDP (which needs >= 2 processes) a sharded checkpoint of
-2 ranks resumes on 3 and one of 3 on 2: torch distributed checkpoint reshards it on load. A
-world size change that cannot keep the global batch fails before training, naming both world
-sizes and the accumulation that would keep it."""
+on 1 and 2 ranks agree too. Under FSDP a sharded checkpoint of 2 ranks resumes on 1 (FSDP on
+one process: one shard), on 3, and one of 3 or of 1 rank on 2: torch distributed checkpoint
+reshards it on load. A world size change that cannot keep the global batch fails before
+training, naming both world sizes and the accumulation that would keep it."""
 
 from __future__ import annotations
 
@@ -139,8 +139,28 @@ def sharded(tmp_path_factory) -> dict:
     2-rank checkpoint resumed and a run stopped at step 10."""
     root = tmp_path_factory.mktemp("fsdp")
     full, _ = launch(fsdp_on_two, 2, root)[0]
+    shutil.copytree(root / "two", root / "two-to-one")  # the 3-rank resume continues "two"
     grown = [resumed for resumed, _ in launch(fsdp_on_three, 3, root)]
     return {"root": root, "full": full, "grown": grown}
+
+
+def max_difference(got: dict, want: dict) -> float:
+    return max((got["weights"][k] - v).abs().max().item() for k, v in want["weights"].items())
+
+
+def test_a_sharded_checkpoint_of_two_ranks_resumes_on_one(sharded) -> None:
+    # one process, trainer.strategy=fsdp: a mesh of one rank, one shard; accumulation 3 -> 6
+    resumed = fsdp_run(sharded["root"] / "two-to-one", 1, STEPS, "auto")
+    print(f"fsdp 2 -> 1: max abs weight difference {max_difference(resumed, sharded['full'])}")
+    assert_same_run(resumed, sharded["full"])
+
+
+def test_a_sharded_checkpoint_of_one_rank_resumes_on_two(tmp_path, sharded) -> None:
+    fsdp_run(tmp_path, 1, STOP)
+    assert (tmp_path / "ckpt" / f"step-{STOP:08d}.ckpt" / "__0_0.distcp").is_file()  # sharded
+    for rank in launch(fsdp_run, 2, tmp_path, 2, STEPS, "auto"):  # accumulation 6 -> 3
+        print(f"fsdp 1 -> 2: max abs weight difference {max_difference(rank, sharded['full'])}")
+        assert_same_run(rank, sharded["full"])
 
 
 def test_a_sharded_checkpoint_of_two_ranks_resumes_on_three(sharded) -> None:

@@ -5,11 +5,12 @@ and kiln-eval evaluates, each in a single process."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
 from export_helpers import export_case, kiln, plain_outputs
-from train_helpers import compose_train, explain, job_dirs, run_train, summary
+from train_helpers import FAST, compose_train, explain, job_dirs, run_train, summary
 
 from kiln.core import TrainerConfig
 from kiln.core.config import FSDPConfig
@@ -56,14 +57,46 @@ def test_kiln_export_and_eval_take_a_sharded_checkpoint(job, tmp_path):
         assert result["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
 
 
-@pytest.mark.process
-def test_fsdp_on_one_process_fails_in_the_config_stage(tmp_path):
-    proc = run_train(["debug=fast", "trainer.strategy=fsdp"], tmp_path)
-    assert proc.returncode != 0
+@pytest.mark.process  # the 2-process job of the fixture
+def test_a_two_device_fsdp_job_resumes_on_one_device(job, tmp_path):
+    """resume=auto on one process (trainer.strategy=fsdp: a mesh of one rank) continues the
+    job's sharded checkpoint; a non-sharded strategy is refused before training, naming both."""
+    copy = tmp_path / "J"
+    shutil.copytree(job, copy)  # the other tests read the job as it ended
+    one = ["debug=fast", "trainer.accelerator=cpu", "trainer.devices=1", f"hydra.run.dir={copy}"]
+    proc = run_train([*one, "trainer.accumulate_grad_batches=2", "trainer.max_steps=8"], tmp_path)
+    assert proc.returncode != 0  # trainer.strategy is auto: one device, no sharding
+    refused = json.loads((copy / "attempts.json").read_text())[-1]
+    assert refused["ended"] == "refused" and refused["error_stage"] == "config"
     assert (
-        "trainer.strategy=fsdp shards the model over several processes" in proc.stderr + proc.stdout
+        "step-00000006.ckpt is sharded (written by trainer.strategy=fsdp) but this run uses "
+        "trainer.strategy=auto: resume it with trainer.strategy=fsdp" in refused["error"]
     )
-    assert summary(job_dirs(tmp_path)[0])["error_stage"] == "config"
+    resumed = [*one, "trainer.strategy=fsdp", "trainer.accumulate_grad_batches=2"]
+    proc = run_train([*resumed, "trainer.max_steps=8"], tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    record = summary(copy)
+    assert record["status"] == "ok" and record["global_step"] == 8 and record["devices"] == 1
+    assert [r["step"] for r in record["history"]] == list(range(1, 9))
+    assert "resuming a run of 2 processes on 1" in proc.stdout + proc.stderr
+    names = sorted(p.name for p in resolve_checkpoint(copy).iterdir())
+    assert names == [".metadata", "__0_0.distcp", "checksums.json", "meta.pt"]
+
+
+def test_a_one_file_checkpoint_into_an_fsdp_job_fails_in_the_config_stage(tmp_path):
+    job_dir = tmp_path / "J"
+    first = [*FAST, "logger=csv", "trainer.accelerator=cpu", f"hydra.run.dir={job_dir}"]
+    proc = run_train(first, tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    proc = run_train([*first, "trainer.strategy=fsdp", "trainer.max_steps=6"], tmp_path)
+    assert proc.returncode != 0
+    refused = json.loads((job_dir / "attempts.json").read_text())[-1]
+    assert refused["ended"] == "refused" and refused["error_stage"] == "config"
+    assert (
+        "step-00000004.ckpt is one file (written by trainer.strategy=ddp or one device) but "
+        "this run uses trainer.strategy=fsdp: resume it with trainer.strategy=ddp"
+        in refused["error"]
+    )
 
 
 def test_fsdp_options_compose_and_reach_the_trainer_config():

@@ -126,7 +126,9 @@ class TrainerConfig:
     several processes) keeps the whole model, its gradients and optimizer state on every
     rank; ``fsdp`` shards all three over the ranks with FSDP2 (``fully_shard`` on each
     repeated block, then the root; options in ``fsdp``). One process trains on one device
-    whatever the strategy says, except ``fsdp``, which needs at least two.
+    whatever the strategy says; with ``fsdp`` it does so through FSDP2 on a mesh of one rank
+    (one shard: nothing is split, the code path and the sharded checkpoint are the same), so
+    a sharded checkpoint resumes on one process and one written there resumes on several.
     """
 
     max_steps: int = 100
@@ -217,13 +219,6 @@ class TrainerConfig:
             raise ValueError("trainer.resume='auto' needs trainer.checkpoint_dir to look in")
 
     def _check_fsdp(self) -> None:
-        world = self.devices * self.num_nodes
-        if world < 2:
-            raise ValueError(
-                f"trainer.strategy=fsdp shards the model over several processes, but "
-                f"trainer.devices={self.devices} x num_nodes={self.num_nodes} is one: use "
-                "trainer.devices>=2 (or num_nodes>=2), or trainer.strategy=auto on one device"
-            )
         if self.precision not in FSDP_PRECISIONS:
             raise ValueError(
                 f"trainer.precision={self.precision!r} is not supported with "

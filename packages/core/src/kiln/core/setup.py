@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import lightning as L
 import torch
-from lightning.fabric.plugins import Precision
+from lightning.fabric.plugins import ClusterEnvironment, Precision
 from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.fabric.wrappers import _FabricModule  # pyright: ignore[reportPrivateUsage]
 from lightning.pytorch.utilities.model_helpers import is_overridden
@@ -29,7 +29,13 @@ from kiln.core.optim import unpack_optimizers
 from kiln.core.precision import ExactDoublePrecision
 from kiln.core.rundir import check_writable
 from kiln.core.seeding import seed_rank_streams
-from kiln.core.sharding import fsdp_strategy, is_sharded, through_root
+from kiln.core.sharding import (
+    fsdp_strategy,
+    is_sharded,
+    join_one_process_group,
+    one_process_environment,
+    through_root,
+)
 from kiln.core.telemetry import CompileWatch, StepTimer
 
 log = logging.getLogger(__name__)
@@ -92,6 +98,7 @@ def setup(
 ) -> Context:
     """Build Fabric, the loaders, the (compiled) model and the optimizer for ``fit``."""
     fabric = build_fabric(trainer, loggers, [module, *(callbacks or [])], plugins)
+    join_one_process_group(fabric)  # FSDP on one process only (sharding.py)
     fabric.launch()  # sets up the process group; processes were started by kiln.core.launch
     check_world_size(fabric, trainer)  # the world that trains is the one the config records
     if trainer.checkpoint_dir is not None:
@@ -154,6 +161,9 @@ def build_fabric(
             "per device: start them with kiln.core.launch(fn, nprocs, ...), torchrun or SLURM"
         )
     plugins = list(plugins or [])
+    environment = one_process_environment(trainer)
+    if environment is not None and not any(isinstance(p, ClusterEnvironment) for p in plugins):
+        plugins.append(environment)
     has_precision = any(isinstance(p, Precision) for p in plugins)
     if not has_precision and trainer.precision == "64-true":
         plugins.append(ExactDoublePrecision())  # Fabric's own rounds step outputs to fp32

@@ -13,6 +13,14 @@ Mixed precision follows ``trainer.precision``: ``bf16-mixed`` gathers parameters
 and reduces gradients in fp32 (``MixedPrecisionPolicy``) while the sharded master weights
 and the optimizer stay fp32; ``bf16-true`` keeps everything in bf16; ``32-true`` and
 ``64-true`` are plain.
+
+On one process (``trainer.devices=1``, not started by a launcher) the mesh has one rank:
+every parameter is one whole shard, nothing is split or communicated, and the code path
+and the checkpoint format (torch distributed checkpoint) are those of N ranks, so a sharded
+checkpoint resumes there and one written there resumes on N. kiln joins a process group of
+one rank itself (:func:`join_one_process_group`: an in-memory store, no port, no launcher
+environment left behind) and keeps it for the process's life, as a worker of N ranks does:
+the module's parameters stay DTensors on that group after ``fit``.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from lightning.fabric.plugins.environments.lightning import LightningEnvironment
 from torch import nn
 
 from kiln.core.compile import repeated_blocks
@@ -45,6 +54,12 @@ def fsdp_strategy(trainer: TrainerConfig) -> Any:
     from lightning.fabric.strategies.model_parallel import ModelParallelStrategy
 
     world = trainer.devices * trainer.num_nodes
+    if world == 1:
+        log.info(
+            "trainer.strategy=fsdp on one process: a mesh of one rank shards nothing (each "
+            "parameter is one whole shard); the checkpoints are sharded ones, which resume on "
+            "any number of processes"
+        )
     return ModelParallelStrategy(
         parallelize_fn=partial(
             shard_module,
@@ -91,7 +106,7 @@ def shard_module(
             raise ValueError(CPU_OFFLOAD_NEEDS_CUDA.format(mesh.device_type))
         kwargs["offload_policy"] = CPUOffloadPolicy()
     blocks = repeated_blocks(module)
-    if not blocks:
+    if not blocks and mesh.size() > 1:  # on one rank nothing is gathered anyway
         log.warning(
             "trainer.strategy=fsdp: %s has no repeated blocks (an nn.ModuleList or "
             "nn.Sequential of modules of one class), so it is sharded as one unit: every "
@@ -105,6 +120,44 @@ def shard_module(
     fully_shard(module, **kwargs)
     log.info("trainer.strategy=fsdp: %d blocks and the root sharded over %s", len(blocks), mesh)
     return module
+
+
+class OneProcessEnvironment(LightningEnvironment):
+    """The cluster environment of an FSDP run on one process that no launcher started.
+
+    Fabric's own would "launch" it: its script launcher sets ``LOCAL_RANK`` and
+    ``WORLD_SIZE`` in this process's environment, after which the process looks like one
+    rank of a torchrun job (``kiln.core.launch`` would then run a later job of N ranks
+    in-process). Here there is nothing to start: this process is the job.
+    """
+
+    @property
+    def creates_processes_externally(self) -> bool:
+        return True
+
+
+def one_process_environment(trainer: TrainerConfig) -> OneProcessEnvironment | None:
+    """:class:`OneProcessEnvironment` for ``trainer.strategy=fsdp`` on one process that no
+    launcher started (torchrun's or SLURM's environment is right for theirs), else ``None``."""
+    from kiln.core.launch import launched_externally
+
+    if trainer.strategy != "fsdp" or trainer.devices * trainer.num_nodes > 1:
+        return None
+    return None if launched_externally() else OneProcessEnvironment()
+
+
+def join_one_process_group(fabric: Any) -> None:
+    """Join a process group of one rank (gloo, or NCCL on a GPU) on an in-memory store,
+    before ``fabric.launch`` would open one on a TCP port, when ``fabric`` runs in a
+    :class:`OneProcessEnvironment`: FSDP2 needs a group even when there is nobody to talk
+    to. A group this process already has is kept."""
+    environment = getattr(fabric.strategy, "cluster_environment", None)  # one device: none
+    if not isinstance(environment, OneProcessEnvironment) or dist.is_initialized():
+        return
+    device = fabric.strategy.root_device
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    store = dist.HashStore()  # pyright: ignore[reportPrivateImportUsage]
+    dist.init_process_group(backend, store=store, rank=0, world_size=1)
 
 
 def _mesh(device_mesh: Any, sharding: str, num_nodes: int) -> Any:

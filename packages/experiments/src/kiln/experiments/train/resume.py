@@ -154,7 +154,8 @@ def check_resume(resolved: dict[str, Any]) -> tuple[int, Path | None]:
 
     Raises:
         ResumeConfigError: The checkpoint was written with other values of
-            :data:`FROZEN_KEYS`; the message names each key with both values.
+            :data:`FROZEN_KEYS` (the message names each key with both values), or by
+            another strategy's layout (sharded vs one file: it names both strategies).
         FileNotFoundError: An explicit checkpoint does not exist.
         DamagedCheckpointError: An explicit checkpoint is damaged or not kiln's.
     """
@@ -169,6 +170,7 @@ def check_resume(resolved: dict[str, Any]) -> tuple[int, Path | None]:
         path, meta = found
     else:
         path, meta = Path(resume), explicit_checkpoint_meta(resume)
+    _check_layout(path, resolved)
     saved = meta.get("config") or {}
     changes = config_changes(saved, resolved)
     if changes:
@@ -182,6 +184,22 @@ def check_resume(resolved: dict[str, Any]) -> tuple[int, Path | None]:
             "stays the same" + (f" ({problem})" if problem else "")
         )
     return int(meta.get("global_step") or 0), path
+
+
+def _check_layout(path: Path, resolved: dict[str, Any]) -> None:
+    """A sharded checkpoint into a run that is not sharded, or a single-file one into an FSDP
+    run, fails here (as ``fit`` would once the workers started), naming both strategies.
+
+    Raises:
+        ResumeConfigError: The checkpoint's layout is not the one this job's strategy loads.
+    """
+    from kiln.core.checkpoint_sharded import check_same_layout
+
+    strategy = _select(resolved, "trainer.strategy") or "auto"
+    try:
+        check_same_layout(path, strategy == "fsdp", strategy)
+    except ValueError as error:
+        raise ResumeConfigError(str(error)) from None
 
 
 def check_claim(resolved: dict[str, Any], checkpoint: Path | None) -> None:

@@ -12,7 +12,7 @@ from trainers import trainer_config
 
 from kiln.core import fit
 from kiln.core.callbacks import EMA, BestCheckpoint, EarlyStopping
-from kiln.core.rundir import read_run_file
+from kiln.core.checkpoints.rundir import read_run_file
 
 cfg = trainer_config
 

@@ -109,7 +109,7 @@ def config_changes(saved: dict[str, Any], resolved: dict[str, Any]) -> list[str]
 
 def latest_checkpoint_meta(checkpoint_dir: str | None) -> tuple[Path, dict[str, Any]] | None:
     """The newest readable checkpoint in ``checkpoint_dir`` and its metadata, or ``None``."""
-    from kiln.core.checkpoint import checkpoint_candidates, read_checkpoint_meta
+    from kiln.core.checkpoints.checkpoint import checkpoint_candidates, read_checkpoint_meta
 
     if checkpoint_dir is None or not Path(checkpoint_dir).is_dir():
         return None
@@ -129,8 +129,8 @@ def explicit_checkpoint_meta(resume: str) -> dict[str, Any]:
         FileNotFoundError: There is no such file.
         DamagedCheckpointError: It is damaged (checksum, CRC-32, truncated) or not kiln's.
     """
-    from kiln.core.checkpoint import damage, read_checkpoint_meta
-    from kiln.core.rundir import DamagedCheckpointError
+    from kiln.core.checkpoints.checkpoint import damage, read_checkpoint_meta
+    from kiln.core.checkpoints.rundir import DamagedCheckpointError
 
     path = Path(resume)
     if not path.exists():
@@ -191,8 +191,8 @@ def check_claim(resolved: dict[str, Any], checkpoint: Path | None) -> None:
     Raises:
         CheckpointDirError: The directory cannot hold this run; the message says why.
     """
-    from kiln.core.checkpoint import read_checkpoint_meta
-    from kiln.core.rundir import plan_claim
+    from kiln.core.checkpoints.checkpoint import read_checkpoint_meta
+    from kiln.core.checkpoints.rundir import plan_claim
 
     trainer = resolved["trainer"]
     if trainer.get("checkpoint_dir") is None:
@@ -249,7 +249,7 @@ def _where() -> dict[str, Any]:
     node of the job (a node failure names the nodes the attempt had)."""
     import socket
 
-    from kiln.core.machine import expand_hostlist
+    from kiln.core.telemetry.machine import expand_hostlist
 
     where: dict[str, Any] = {"host": socket.gethostname()}
     nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")

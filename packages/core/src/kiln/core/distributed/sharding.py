@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from kiln.core.compile import repeated_blocks
 from kiln.core.config import CPU_OFFLOAD_NEEDS_CUDA, FSDPConfig, TrainerConfig
+from kiln.core.loop.compile import repeated_blocks
 
 log = logging.getLogger(__name__)
 

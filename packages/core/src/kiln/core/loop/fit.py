@@ -11,9 +11,10 @@
 
 The update of a window therefore equals the update of one batch holding all of its items.
 
-``fit`` reads as its stages: ``setup`` (setup.py), ``resume`` (resume.py), then a loop of
-``train_step`` (step.py) and ``Cadence.after_step`` (cadence.py: log, validate, checkpoint),
-then ``finish`` (below).
+``fit`` reads as its stages: ``setup`` (``loop/setup.py``), ``resume``
+(``checkpoints/resume.py``), then a loop of ``train_step`` (``loop/step.py``) and
+``Cadence.after_step`` (``loop/cadence.py``: log, validate, checkpoint), then ``finish``
+(below).
 """
 
 from __future__ import annotations
@@ -29,26 +30,26 @@ from typing import Any
 import lightning as L
 import torch
 
-from kiln.core.activation_checkpointing import activation_checkpointing
-from kiln.core.cadence import Cadence
-from kiln.core.callbacks.base import Loop
-from kiln.core.checkpoint import restore_rng_state
-from kiln.core.compile import compile_scope
+from kiln.core.callbacks.handle import Loop
+from kiln.core.checkpoints.checkpoint import restore_rng_state
+from kiln.core.checkpoints.resume import resume
 from kiln.core.config import CompileConfig, TrainerConfig
-from kiln.core.data import epoch_batches
 from kiln.core.errors import (
     EmptyEpochError,
     EmptyWindowError,
     NonFiniteGradientError,
     NonFiniteLossError,
 )
-from kiln.core.flops import flops_telemetry, peak_flops_per_s
-from kiln.core.memory import device_peak_memory_mb, state_bytes
-from kiln.core.resume import resume
-from kiln.core.setup import Context, setup
-from kiln.core.state import FitResult, RunState
-from kiln.core.step import train_step
-from kiln.core.stop import StopPoll, listening
+from kiln.core.loop.activation_checkpointing import activation_checkpointing
+from kiln.core.loop.cadence import Cadence
+from kiln.core.loop.compile import compile_scope
+from kiln.core.loop.data import epoch_batches
+from kiln.core.loop.setup import setup
+from kiln.core.loop.step import train_step
+from kiln.core.loop.stop import StopPoll, listening
+from kiln.core.state import Context, FitResult, RunState
+from kiln.core.telemetry.flops import flops_telemetry, peak_flops_per_s
+from kiln.core.telemetry.memory import device_peak_memory_mb, state_bytes
 
 # the exceptions and the result are importable beside fit, the function that raises them
 __all__ = ["EmptyWindowError", "FitResult", "NonFiniteGradientError", "NonFiniteLossError", "fit"]

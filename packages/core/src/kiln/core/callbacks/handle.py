@@ -1,16 +1,17 @@
-"""What callbacks see of a running ``fit`` (:class:`Loop`) and how their state is saved.
+"""What callbacks see of a running ``fit`` (:class:`FitHandle`) and how their state is saved.
 
 Callbacks are plain objects passed to ``fit(callbacks=...)``; the loop calls their ``on_*``
 methods through ``fabric.call`` (see ``kiln.core.contract``). Two hooks are kiln's own:
 
-- ``on_loop_start(loop)``: once, after setup and resume, before ``on_fit_start``; ``loop``
-  is a :class:`Loop`, the callback's handle on the run (weights, metrics, stop, save).
+- ``on_loop_start(fit)``: once, after setup and resume, before ``on_fit_start``; ``fit``
+  is a :class:`FitHandle`, the callback's handle on the run (weights, metrics, stop, save).
 - ``on_validation_metrics(metrics)``: after each validation, with its ``val/`` metrics
   (the same on every rank), once ``on_validation_end`` has run.
 
 A callback with ``state_dict()`` and ``load_state_dict(state)`` is saved in every checkpoint
 under ``checkpoint["callbacks"][key]`` and restored on resume (before ``on_loop_start``);
-``key`` is its ``state_key`` attribute, else its class name.
+``key`` is its ``state_key`` attribute, else its class name (``kiln.core.hooks`` does the
+saving).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ if TYPE_CHECKING:
     from kiln.core.state import Context, RunState
 
 
-class Loop:
-    """A callback's handle on the running ``fit``, given to ``on_loop_start(loop)``.
+class FitHandle:
+    """A callback's handle on the running ``fit``, given to ``on_loop_start(fit)``.
 
     Attributes:
         fabric: The run's Fabric.

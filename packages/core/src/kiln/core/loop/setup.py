@@ -1,7 +1,7 @@
 """The setup stage of ``fit``: Fabric, loaders, compile, optimizers, in that order.
 
 ``setup`` returns a :class:`~kiln.core.state.Context`: what stays fixed for the whole run
-and what the step, the cadence and ``finish`` use.
+and what the step, ``LogValidateCheckpoint`` and ``finish`` use.
 """
 
 from __future__ import annotations

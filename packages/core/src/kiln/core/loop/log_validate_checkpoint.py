@@ -27,8 +27,9 @@ from kiln.core.telemetry.progress import Progress
 log = logging.getLogger(__name__)
 
 
-class Cadence:
-    """Logging, validation and checkpoints after each step of a run (see the module doc).
+class LogValidateCheckpoint:
+    """Logging, validation and checkpoints after each step of a run, each on its period (see
+    the module doc).
 
     Args:
         ctx: What ``setup`` built.

@@ -28,7 +28,7 @@ import torch
 import torch._dynamo.utils as dynamo_utils
 
 from kiln.core import CompileConfig
-from kiln.core.compile import cache_figures, compile_scope
+from kiln.core.loop.compile import cache_figures, compile_scope
 from kiln.models import create_model
 
 MODELS = ("bert-tiny-cls", "llama-tiny-lm", "vit-tiny")

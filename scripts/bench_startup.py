@@ -32,7 +32,7 @@ BIN = Path(sys.executable).parent
 JOB = ["model=bert-tiny-cls", "debug=fast", "compile=none", "trainer.max_steps=1"]
 # kiln.core's loop, the HF and timm wrappers, W&B: what a training job imports
 JOB_IMPORTS = (
-    "import kiln.experiments.train.runner, kiln.core.loop, kiln.models.hf, kiln.models.vision,"
+    "import kiln.experiments.train.runner, kiln.core.loop.fit, kiln.models.hf, kiln.models.vision,"
     " wandb"
 )
 

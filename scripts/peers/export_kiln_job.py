@@ -24,7 +24,7 @@ def main(out: Path, overrides: list[str]) -> None:
     from lightning.fabric import Fabric
 
     from kiln.core import weights_hash
-    from kiln.core.data import epoch_batches, training_loader
+    from kiln.core.loop.data import epoch_batches, training_loader
     from kiln.experiments.config import config_dir
     from kiln.experiments.train.preflight import build_checked
     from kiln.experiments.train.schema import register_configs, validate

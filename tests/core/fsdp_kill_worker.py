@@ -13,7 +13,7 @@ from kiln.core import launch
 
 
 def killed_run(root: Path, step: int) -> None:
-    from kiln.core import checkpoint
+    from kiln.core.checkpoints import checkpoint
 
     write = checkpoint._write  # writes the staged directory a save renames into place
 

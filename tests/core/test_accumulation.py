@@ -119,7 +119,7 @@ def test_window_loss_sums_read_together_equal_each_window_summed_in_order() -> N
     # The step keeps each micro-batch's loss and count; the sync point weighs and sums them
     # for all pending steps at once. A short window among whole ones (the end of an epoch),
     # device counts and mixed loss dtypes must give what summing each window alone gives.
-    from kiln.core.step import StepOutput, window_loss_sums
+    from kiln.core.loop.step import StepOutput, window_loss_sums
 
     g = torch.Generator().manual_seed(0)
     lengths, outputs, want = [4, 4, 1, 3, 4], [], []

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from toy import ToyTokenModule, full_weights
 
 from kiln.core import TrainerConfig, fit, launch
-from kiln.core.activation_checkpointing import activation_checkpointing
+from kiln.core.loop.activation_checkpointing import activation_checkpointing
 from kiln.experiments.bench.memory import step_peak_bytes
 
 WRAPPED = "_checkpoint_wrapped_module."

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from toy import ToyTokenModule, weights
 from trainers import trainer_config
 
-from kiln.core import fit
-from kiln.core.callbacks import EMA, BestCheckpoint, EarlyStopping
-from kiln.core.rundir import read_run_file
+from kiln.core import callbacks, fit
+from kiln.core.callbacks import EMA, BestCheckpoint, EarlyStopping, FitHandle
+from kiln.core.checkpoints.rundir import read_run_file
 
 cfg = trainer_config
 
@@ -24,11 +24,22 @@ class Snapshots:
         self.module = module
         self.by_step: dict[int, dict[str, torch.Tensor]] = {}
 
-    def on_loop_start(self, loop) -> None:
-        self.loop = loop
+    def on_loop_start(self, fit) -> None:
+        self.fit = fit
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        self.by_step[self.loop.global_step] = weights(self.module)
+        self.by_step[self.fit.global_step] = weights(self.module)
+
+
+def test_callbacks_get_a_fit_handle_and_its_old_name_warns() -> None:
+    module = ToyTokenModule()
+    snaps = Snapshots(module)
+    fit(module, cfg(max_steps=1), callbacks=[snaps])
+    assert isinstance(snaps.fit, FitHandle) and snaps.fit.global_step == 1
+    with pytest.warns(DeprecationWarning, match="now kiln.core.callbacks.FitHandle"):
+        assert callbacks.Loop is FitHandle
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        _ = callbacks.Nothing
 
 
 def load(path: Path) -> dict:

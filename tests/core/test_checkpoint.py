@@ -6,8 +6,8 @@ import torch
 from lightning.fabric import Fabric
 from torch import nn
 
-from kiln.core import checkpoint as ckpt
-from kiln.core.checkpoint import (
+from kiln.core.checkpoints import checkpoint as ckpt
+from kiln.core.checkpoints.checkpoint import (
     capture_rng_state,
     checkpoint_path,
     find_latest_checkpoint,

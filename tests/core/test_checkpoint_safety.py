@@ -17,9 +17,9 @@ from test_resume import MODULE_KW, assert_same_weights, losses, trainer
 from toy import ToyTokenModule, weights
 
 from kiln.core import NonFiniteLossError, fit
-from kiln.core.checkpoint import read_checkpoint_meta
+from kiln.core.checkpoints.checkpoint import read_checkpoint_meta
+from kiln.core.checkpoints.rundir import CheckpointDirError, DamagedCheckpointError
 from kiln.core.errors import EmptyEpochError, NonFiniteWeightsError
-from kiln.core.rundir import CheckpointDirError, DamagedCheckpointError
 
 STEPS = 8  # checkpoints every 2 steps: 2, 4, 6, 8
 

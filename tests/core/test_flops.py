@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from kiln.core import TrainerConfig, fit
-from kiln.core import flops as flops_module
-from kiln.core.flops import peak_flops_per_s
+from kiln.core.telemetry import flops as flops_module
+from kiln.core.telemetry.flops import peak_flops_per_s
 
 B, IN, HIDDEN, OUT = 4, 8, 16, 3
 
@@ -107,11 +107,11 @@ class AssertsValues(TwoLinear):
 
 
 def flops_records(caplog) -> list:
-    return [r for r in caplog.records if r.name == "kiln.core.flops"]
+    return [r for r in caplog.records if r.name == "kiln.core.telemetry.flops"]
 
 
 def test_a_step_that_reads_values_costs_one_info_line_and_no_warning(caplog, recwarn):
-    caplog.set_level("INFO", logger="kiln.core.flops")
+    caplog.set_level("INFO", logger="kiln.core.telemetry.flops")
     module = ReadsValues()
     telemetry = fit(module, TrainerConfig(max_steps=3, accelerator="cpu", progress=False))
     assert telemetry.telemetry["flops_per_step"] is None
@@ -123,7 +123,7 @@ def test_a_step_that_reads_values_costs_one_info_line_and_no_warning(caplog, rec
 
 
 def test_count_flops_false_on_the_module_skips_counting_silently(caplog):
-    caplog.set_level("INFO", logger="kiln.core.flops")
+    caplog.set_level("INFO", logger="kiln.core.telemetry.flops")
     module = ReadsValues()
     module.count_flops = False
     result = fit(module, TrainerConfig(max_steps=1, accelerator="cpu", progress=False))
@@ -132,7 +132,7 @@ def test_count_flops_false_on_the_module_skips_counting_silently(caplog):
 
 
 def test_any_failure_on_meta_is_one_line_and_an_unexpected_one_a_warning(caplog):
-    caplog.set_level("INFO", logger="kiln.core.flops")
+    caplog.set_level("INFO", logger="kiln.core.telemetry.flops")
     module = AssertsValues()
     batch = next(iter(module.train_dataloader()))
     assert flops_module.count_micro_batch_flops(module, batch) is None

@@ -152,7 +152,7 @@ def hybrid_placements() -> dict:
     from torch.distributed.device_mesh import init_device_mesh
 
     from kiln.core.config import FSDPConfig
-    from kiln.core.sharding import shard_module
+    from kiln.core.distributed.sharding import shard_module
 
     mesh = init_device_mesh("cpu", (2, 1), mesh_dim_names=("data_parallel", "tensor_parallel"))
     module = shard_module(
@@ -221,7 +221,7 @@ def no_blocks_run() -> dict:
     records: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: records.append(record.getMessage())
-    logging.getLogger("kiln.core.sharding").addHandler(handler)
+    logging.getLogger("kiln.core.distributed.sharding").addHandler(handler)
     module = ToyTokenModule(**MODULE_KW)
     result = fit(module, fsdp_trainer(max_steps=2))
     params = {n: tuple(p.to_local().shape) for n, p in module.named_parameters()}
@@ -312,10 +312,10 @@ def test_hybrid_sharding_replicates_across_nodes_and_shards_within_one(ranks) ->
 def test_fsdp_on_one_process_trains_on_a_mesh_of_one_rank_and_says_so(tmp_path, caplog) -> None:
     """Documented behaviour (was a refusal): one shard, the same updates as one device, a
     sharded checkpoint, and no launcher environment left behind in this process."""
-    from kiln.core.launch import launched_externally
+    from kiln.core.distributed.launch import launched_externally
 
     module, plain = ToyBlocksModule(**MODULE_KW), ToyBlocksModule(**MODULE_KW)
-    with caplog.at_level(logging.INFO, logger="kiln.core.sharding"):
+    with caplog.at_level(logging.INFO, logger="kiln.core.distributed.sharding"):
         result = fit(module, fsdp_trainer(devices=1, max_steps=3, checkpoint_dir=str(tmp_path)))
     assert result.global_step == 3
     assert "trainer.strategy=fsdp on one process: a mesh of one rank shards nothing" in caplog.text
@@ -335,7 +335,7 @@ def test_fsdp_on_one_process_trains_on_a_mesh_of_one_rank_and_says_so(tmp_path, 
 def test_blocks_wrapped_for_activation_checkpointing_are_still_the_blocks_to_shard() -> None:
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-    from kiln.core.compile import repeated_blocks
+    from kiln.core.loop.compile import repeated_blocks
 
     module = ToyBlocksModule(blocks=3, **MODULE_KW)
     module.blocks = torch.nn.ModuleList(checkpoint_wrapper(b) for b in module.blocks)

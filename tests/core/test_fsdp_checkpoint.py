@@ -19,10 +19,10 @@ import torch
 from toy import ToyBlocksModule, full_weights
 
 from kiln.core import TrainerConfig, fit, launch
-from kiln.core.checkpoint import damage, find_latest_checkpoint, read_checkpoint_meta
-from kiln.core.checkpoint_sharded import CHECKSUMS, load_sharded_weights
+from kiln.core.checkpoints.checkpoint import damage, find_latest_checkpoint, read_checkpoint_meta
+from kiln.core.checkpoints.rundir import recorded_run
+from kiln.core.checkpoints.sharded import CHECKSUMS, load_sharded_weights
 from kiln.core.errors import NonFiniteWeightsError
-from kiln.core.rundir import recorded_run
 
 HERE = Path(__file__).parent
 # shuffled data, dropout, momentum and a step schedule: every piece of state must come back

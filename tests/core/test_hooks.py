@@ -10,7 +10,7 @@ from toy import ToyTokenModule
 from trainers import trainer_config
 
 from kiln.core import fit
-from kiln.core.callbacks.base import StepHooks
+from kiln.core.hooks import StepHooks
 
 cfg = partial(trainer_config, max_steps=2)
 

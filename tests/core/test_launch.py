@@ -3,7 +3,7 @@ import os
 import launch_workers
 import pytest
 
-from kiln.core.launch import WorkerFailedError, launch
+from kiln.core.distributed.launch import WorkerFailedError, launch
 
 
 def _in_process(x: int) -> tuple[int, int]:

@@ -1,11 +1,11 @@
-"""kiln.core.machine: the fingerprint, the load and the calibration a job records."""
+"""kiln.core.telemetry.machine: the fingerprint, the load and the calibration a job records."""
 
 import os
 
 import pytest
 import torch
 
-from kiln.core.machine import (
+from kiln.core.telemetry.machine import (
     FINGERPRINT_KEYS,
     calibrate,
     calibration_dtype,

@@ -10,7 +10,7 @@ import torch
 from toy import ToyBlocksModule
 
 from kiln.core import TrainerConfig, fit, launch
-from kiln.core.memory import device_peak_memory_mb
+from kiln.core.telemetry.memory import device_peak_memory_mb
 
 MODULE_KW = dict(n=16, batch_size=2, optimizer="adamw")
 FIGURES = ("param_bytes", "grad_bytes", "optimizer_state_bytes")

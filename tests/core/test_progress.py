@@ -4,7 +4,7 @@ import re
 import pytest
 from rich.console import Console
 
-from kiln.core.progress import Progress
+from kiln.core.telemetry.progress import Progress
 
 
 def _console(terminal: bool) -> tuple[Console, io.StringIO]:

@@ -168,7 +168,7 @@ class Killer(Logger):
 
     @staticmethod
     def _kill_in_save(step: int) -> None:
-        from kiln.core import checkpoint
+        from kiln.core.checkpoints import checkpoint
 
         write = checkpoint._write  # writes the temp file a save renames into place
 

@@ -1,7 +1,7 @@
 """Resume on another number of devices: a checkpoint of N ranks continues on M ranks when the
 global batch (devices x micro-batch x accumulation) stays the same, and with dropout off the
 run ends within 1e-12 (float64) of the uninterrupted one, 2 -> 1 and 1 -> 2 gloo ranks. Step k
-trains on the same samples on any world size (``kiln.core.data``), so the uninterrupted runs
+trains on the same samples on any world size (``kiln.core.loop.data``), so the uninterrupted runs
 on 1 and 2 ranks agree too. Under FSDP a sharded checkpoint of 2 ranks resumes on 1 (FSDP on
 one process: one shard), on 3, and one of 3 or of 1 rank on 2: torch distributed checkpoint
 reshards it on load. A world size change that cannot keep the global batch fails before

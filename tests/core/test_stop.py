@@ -12,7 +12,7 @@ from test_resume import EPOCHS_KW, assert_same_weights, epochs_trainer, losses
 from toy import ToyTokenModule, weights
 
 from kiln.core import fit, launch
-from kiln.core.stop import stop_on_signals
+from kiln.core.loop.stop import stop_on_signals
 
 STOP_AT = 9  # epoch 1 (7 steps per epoch), between the periodic checkpoints (every 1000)
 

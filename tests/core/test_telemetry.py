@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kiln.core.memory import device_peak_memory_mb
-from kiln.core.telemetry import CompileWatch, StepTimer
+from kiln.core.telemetry.compile_watch import CompileWatch
+from kiln.core.telemetry.memory import device_peak_memory_mb
+from kiln.core.telemetry.step_timer import StepTimer
 
 
 def test_step_timer_summary_over_steps_after_warmup():

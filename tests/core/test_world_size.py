@@ -1,4 +1,5 @@
-"""The world that trains is the one the config asks for (``kiln.core.launch.check_world_size``).
+"""The world that trains is the one the config asks for
+(``kiln.core.distributed.launch.check_world_size``).
 
 The SLURM case (``srun --ntasks=1`` with ``trainer.devices=2``) runs on a real cluster in
 ``tests/experiments/test_slurm.py``.
@@ -8,7 +9,7 @@ import lightning as L
 import pytest
 
 from kiln.core import TrainerConfig
-from kiln.core.launch import WorldSizeError, check_world_size
+from kiln.core.distributed.launch import WorldSizeError, check_world_size
 
 
 def test_one_process_for_two_devices_is_an_error_naming_both_numbers():

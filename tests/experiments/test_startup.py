@@ -60,13 +60,15 @@ def test_lazy_package_names_resolve():
     """Every name the lazy packages export resolves, and ``kiln.core.launch`` stays the
     function (a submodule import must not replace it)."""
     import kiln.core
-    import kiln.core.launch  # binds the submodule on the package
+    import kiln.core.distributed.launch  # binds the submodule on its package
     import kiln.models
 
     for package in (kiln.core, kiln.models):
         for name in package.__all__:
             assert getattr(package, name) is not None, f"{package.__name__}.{name}"
-    assert callable(kiln.core.launch) and kiln.core.launch.__module__ == "kiln.core.launch"
+    assert (
+        callable(kiln.core.launch) and kiln.core.launch.__module__ == "kiln.core.distributed.launch"
+    )
     assert "bert-tiny-cls" in kiln.models.list_models()
 
 

@@ -10,7 +10,7 @@ import pytest
 from train_helpers import FAST, compose_train, explain, job_dirs, run_train, summary
 
 from kiln.core import FitResult
-from kiln.core.launch import WorkerFailedError
+from kiln.core.distributed.launch import WorkerFailedError
 from kiln.experiments.lifecycle import one_line_reason
 from kiln.experiments.report.cli import build_report
 from kiln.experiments.train.runner import fit_progress

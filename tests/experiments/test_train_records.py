@@ -246,7 +246,7 @@ def test_a_full_disk_names_the_checkpoint_and_keeps_the_good_ones(small_disk, tm
         "step-00000001.ckpt",
         "step-00000002.ckpt",
     ]
-    from kiln.core.checkpoint import damage
+    from kiln.core.checkpoints.checkpoint import damage
 
     assert damage(ckpt / "step-00000002.ckpt") is None  # intact, checksum as recorded
 

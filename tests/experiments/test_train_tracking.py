@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from kiln.experiments.callbacks import SweepStatus
+from kiln.experiments.hydra_callbacks import SweepStatus
 from kiln.experiments.job import JobInfo, write_job_json
 from kiln.experiments.schema import LoggerConfig
 from kiln.experiments.sweep import scan_sweep

@@ -7,7 +7,7 @@ import pytest
 from conftest import tiny_model
 from torch.utils.flop_counter import FlopCounterMode
 
-from kiln.core.flops import count_micro_batch_flops
+from kiln.core.telemetry.flops import count_micro_batch_flops
 
 
 def _real_step_flops(module, batch) -> int:

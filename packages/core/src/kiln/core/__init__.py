@@ -19,13 +19,13 @@ _EXPORTS = {
     "NonFiniteGradientError": "kiln.core.errors",
     "NonFiniteLossError": "kiln.core.errors",
     "NonFiniteWeightsError": "kiln.core.errors",
-    "launch": "kiln.core.launch",
-    "fit": "kiln.core.loop",
-    "unpack_optimizers": "kiln.core.optim",
-    "CheckpointDirError": "kiln.core.rundir",
-    "DamagedCheckpointError": "kiln.core.rundir",
-    "rank_seed": "kiln.core.seeding",
-    "weights_hash": "kiln.core.seeding",
+    "launch": "kiln.core.distributed.launch",
+    "fit": "kiln.core.loop.fit",
+    "unpack_optimizers": "kiln.core.loop.optim",
+    "CheckpointDirError": "kiln.core.checkpoints.rundir",
+    "DamagedCheckpointError": "kiln.core.checkpoints.rundir",
+    "rank_seed": "kiln.core.loop.seeding",
+    "weights_hash": "kiln.core.loop.seeding",
     "FitResult": "kiln.core.state",
 }
 __all__ = [
@@ -49,16 +49,16 @@ __all__ = [
 lazy_package(__name__, _EXPORTS)
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
+    from kiln.core.checkpoints.rundir import CheckpointDirError, DamagedCheckpointError
     from kiln.core.config import COMPILE_MODES, PRECISIONS, CompileConfig, TrainerConfig
+    from kiln.core.distributed.launch import launch
     from kiln.core.errors import (
         EmptyWindowError,
         NonFiniteGradientError,
         NonFiniteLossError,
         NonFiniteWeightsError,
     )
-    from kiln.core.launch import launch
-    from kiln.core.loop import fit
-    from kiln.core.optim import unpack_optimizers
-    from kiln.core.rundir import CheckpointDirError, DamagedCheckpointError
-    from kiln.core.seeding import rank_seed, weights_hash
+    from kiln.core.loop.fit import fit
+    from kiln.core.loop.optim import unpack_optimizers
+    from kiln.core.loop.seeding import rank_seed, weights_hash
     from kiln.core.state import FitResult

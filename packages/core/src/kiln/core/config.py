@@ -178,7 +178,7 @@ class TrainerConfig:
     """Show a progress bar on rank 0 (plain log lines when output is not a terminal)."""
     activation_checkpointing: bool = False
     """Recompute each repeated block's activations in the backward instead of keeping them
-    (``kiln.core.activation_checkpointing``): less activation memory for about one more
+    (``kiln.core.loop.activation_checkpointing``): less activation memory for about one more
     forward per step; the gradients are the same."""
     count_flops: bool = True
     """Count a micro-batch's FLOPs once (``training_step`` + backward on meta tensors) and

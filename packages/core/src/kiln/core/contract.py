@@ -23,7 +23,7 @@ The LightningModule defines the hooks and the Fabric loop calls them (the seed s
   activation checkpointing on (before setup, with ``trainer.activation_checkpointing=true``)
   and off (after the fit); raise ``ValueError`` naming the model if it cannot. Without it
   the loop wraps each repeated block in torch's ``checkpoint_wrapper``
-  (``kiln.core.activation_checkpointing``).
+  (``kiln.core.loop.activation_checkpointing``).
 - ``validation_step(batch, batch_idx) -> dict[str, Tensor]``: per-sample values, each
   tensor with the batch as its first dimension (predictions and labels, or per-sample
   loss sums and token counts). The loop concatenates them over the validation set,
@@ -52,8 +52,8 @@ The LightningModule defines the hooks and the Fabric loop calls them (the seed s
   Lightning, with that micro-batch's ``training_step`` dict; ``batch_idx`` counts
   micro-batches within the epoch. The window's last micro-batch ends after the optimizer
   step (gradients zeroed, ``global_step`` advanced), the others right after their backward.
-- kiln's own hooks (``kiln.core.callbacks.base``): ``on_loop_start(loop)`` once, after
-  setup and resume, with a ``kiln.core.callbacks.Loop`` (``global_step``, ``metrics``,
+- kiln's own hooks (``kiln.core.callbacks``): ``on_loop_start(fit)`` once, after
+  setup and resume, with a ``kiln.core.callbacks.FitHandle`` (``global_step``, ``metrics``,
   ``request_stop(reason)``, ``save_checkpoint(path)``, ``save_checkpoint_at_step_end(path)``);
   ``on_validation_metrics(metrics)`` after each validation, with its ``val/`` metrics.
   Callbacks with ``state_dict()`` and ``load_state_dict()`` are saved in checkpoints under

@@ -45,7 +45,7 @@ def check_finite_weights(fabric: Any, model: torch.nn.Module, step: int) -> None
     One reduction per parameter, stacked, and one host sync (plus one all-reduce with
     several ranks, whose shards may differ): cheap enough for every checkpoint.
     """
-    from kiln.core.sharding import local_tensor
+    from kiln.core.distributed.sharding import local_tensor
 
     # sharded parameters (DTensors): each rank counts its own shard, the sum covers them all
     params = [local_tensor(p.detach()) for p in model.parameters()]

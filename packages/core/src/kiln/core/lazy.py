@@ -26,8 +26,8 @@ class LazyPackage(types.ModuleType):
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Importing a submodule binds it on its package; where the package exports a function
-        # of that name (kiln.core.launch), the function stays the attribute: the name means
-        # what the package exports, whichever was imported first.
+        # of that name, the function stays the attribute: the name means what the package
+        # exports, whichever was imported first.
         exported = self.__dict__.get("_exports", {}).get(name)
         if isinstance(value, types.ModuleType) and value.__name__ == exported:
             return

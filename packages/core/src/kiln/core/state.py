@@ -1,10 +1,27 @@
-"""Where a run stands (:class:`RunState`, what checkpoints carry) and what it returns."""
+"""The run's state types: what ``setup`` built for it (:class:`Context`, fixed for the run),
+where it stands (:class:`RunState`, what checkpoints carry) and what it returns
+(:class:`FitResult`).
+
+Only the types: importing them imports neither torch nor Fabric.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import lightning as L
+    import torch
+    from lightning.fabric.wrappers import _FabricModule  # pyright: ignore[reportPrivateUsage]
+    from torch.utils.data import DataLoader
+
+    from kiln.core.config import TrainerConfig
+    from kiln.core.hooks import CallbackStates, StepHooks
+    from kiln.core.telemetry.compile_watch import CompileWatch
+    from kiln.core.telemetry.step_timer import StepTimer
 
 
 @dataclass
@@ -18,7 +35,7 @@ class FitResult:
     telemetry: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     checkpoint: str | None = None
-    # "max_steps", "max_epochs", "signal" (see kiln.core.stop), or the reason a callback
+    # "max_steps", "max_epochs", "signal" (see kiln.core.loop.stop), or the reason a callback
     # gave loop.request_stop(reason)
     stop_reason: str | None = None
     # with stop_reason "signal": the signal that stopped it at a step boundary ("SIGTERM")
@@ -80,3 +97,49 @@ class RunState:
             stop_signal=self.stop_signal,
             run_id=self.run_id,
         )
+
+
+@dataclass
+class Context:
+    """What ``setup`` built for the run."""
+
+    fabric: L.Fabric
+    trainer: TrainerConfig
+    module: L.LightningModule  # the module as given (hooks, count_items)
+    model: _FabricModule  # the Fabric-wrapped (and maybe compiled) module that runs the steps
+    # model.training_step, resolved once: Fabric's wrapper looks it up through several
+    # __getattr__ calls (tens of microseconds), and the callable it returns is reusable
+    training_step: Callable[..., Any]
+    # Fabric's wrapper (at run time an instance of the torch optimizer's own class)
+    optimizer: torch.optim.Optimizer
+    # what optimizer_step calls .step() on: the torch optimizer itself where Fabric's
+    # wrapper would only pass the call through its layers (see _stepped)
+    stepped: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None
+    scaler: torch.amp.GradScaler | None  # the GradScaler of 16-mixed, else None
+    train_loader: DataLoader[Any]
+    val_loader: DataLoader[Any] | None
+    batches_per_epoch: int
+    total_steps: int
+    watch: CompileWatch
+    timer: StepTimer
+    counts_tokens: bool  # the module's items are tokens: report tokens/s
+    has_count_hook: bool  # the module defines count_items (else items = batch size)
+    count_flops: bool  # trainer.count_flops, unless the module says count_flops = False
+    run_config: dict[str, Any] | None
+    hooks: StepHooks  # fabric.call for the per-step hooks
+    callback_states: CallbackStates  # the callbacks with state_dict(), saved in checkpoints
+    activation_checkpointing: str | None = None  # how it was applied (None: off)
+    start_memory_mb: float | None = None  # held when the fit began (its peak counts from there)
+
+    @property
+    def objects(self) -> dict[str, Any]:
+        """The stateful objects a checkpoint saves and a resume restores."""
+        objects: dict[str, Any] = {"model": self.model, "optimizer": self.optimizer}
+        if self.scheduler is not None:
+            objects["scheduler"] = self.scheduler
+        if self.scaler is not None:
+            objects["scaler"] = self.scaler
+        if self.callback_states:  # callbacks with state_dict(): "callbacks/<key>"
+            objects["callbacks"] = self.callback_states
+        return objects

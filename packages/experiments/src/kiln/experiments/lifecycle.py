@@ -54,9 +54,9 @@ class JobFailed(RuntimeError):
 def one_line_reason(exc: BaseException) -> str:
     """``"<Type>: <message>"`` on one line; a worker failure names the worker's own exception
     (the last line of its traceback) and its rank instead of carrying the whole traceback."""
-    # Only a run that launched workers has imported kiln.core.launch (and Fabric with it); a
-    # config error is reported without importing them.
-    launch = sys.modules.get("kiln.core.launch")
+    # Only a run that launched workers has imported kiln.core.distributed.launch (and Fabric
+    # with it); a config error is reported without importing them.
+    launch = sys.modules.get("kiln.core.distributed.launch")
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     if launch is not None and isinstance(exc, launch.WorkerFailedError) and len(lines) > 1:
         return name_peers(f"{lines[-1]} (in {lines[0].rstrip(':')})")
@@ -198,11 +198,11 @@ class Lifecycle:
     @contextlib.contextmanager
     def measured(self, accelerator: str, precision: str) -> Iterator[None]:
         """Around the job's measured work (training, benchmarking): the machine's load
-        (:func:`kiln.core.machine.load_sample`) and a calibration
-        (:func:`kiln.core.machine.calibrate` on the job's device, at its precision) just
+        (:func:`kiln.core.telemetry.machine.load_sample`) and a calibration
+        (:func:`kiln.core.telemetry.machine.calibrate` on the job's device, at its precision) just
         before and just after, into ``record["machine"]`` (``load_start``/``load_end``,
         ``calibration_before``/``calibration_after``) and the W&B run's config."""
-        from kiln.core.machine import calibrate, load_sample
+        from kiln.core.telemetry.machine import calibrate, load_sample
 
         if not self.writer:  # one record: rank 0 measures its own device
             yield

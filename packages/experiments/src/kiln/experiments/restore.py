@@ -39,7 +39,7 @@ def resolve_checkpoint(source: str | Path) -> Path:
         FileNotFoundError: ``source`` does not exist or holds no checkpoint; the message
             says where it looked and what is valid.
     """
-    from kiln.core.checkpoint import find_latest_checkpoint
+    from kiln.core.checkpoints.checkpoint import find_latest_checkpoint
 
     path = Path(source)
     if not path.exists():
@@ -74,8 +74,8 @@ def load_trained_module(checkpoint: str | Path) -> tuple[Any, dict[str, Any]]:
     """
     import torch
 
-    from kiln.core.checkpoint import read_checkpoint_meta
-    from kiln.core.checkpoint_sharded import load_sharded_weights
+    from kiln.core.checkpoints.checkpoint import read_checkpoint_meta
+    from kiln.core.checkpoints.sharded import load_sharded_weights
     from kiln.experiments.build import build_module, seed_before_build
 
     path = Path(checkpoint)

@@ -2,7 +2,7 @@
 
 A job directory is one that holds a job record (``summary.json``, ``bench.json``) or a
 Hydra job's ``.hydra/config.yaml`` (a job that died before writing its record). The
-end-of-sweep check (:mod:`kiln.experiments.callbacks`) and ``kiln-report`` both read a
+end-of-sweep check (:mod:`kiln.experiments.hydra_callbacks`) and ``kiln-report`` both read a
 sweep through :func:`scan_sweep`, so both see the same jobs.
 """
 

@@ -40,25 +40,25 @@ class BestCheckpoint:
         self.best: float | None = None
         self.best_step: int | None = None
         self.path: Path | None = None
-        self._loop: Any = None
+        self._fit: Any = None
 
     def __repr__(self) -> str:
         return f"BestCheckpoint(monitor={self.monitor!r}, mode={self.mode!r})"
 
-    def on_loop_start(self, loop: Any) -> None:
-        require_validation(repr(self), loop)
-        directory = self.dirpath if self.dirpath is not None else loop.trainer.checkpoint_dir
+    def on_loop_start(self, fit: Any) -> None:
+        require_validation(repr(self), fit)
+        directory = self.dirpath if self.dirpath is not None else fit.trainer.checkpoint_dir
         if directory is None:
             raise ValueError(f"{self!r} needs a directory: pass dirpath= or set checkpoint_dir")
-        self.path, self._loop = Path(directory) / self.filename, loop
+        self.path, self._fit = Path(directory) / self.filename, fit
 
     def on_validation_metrics(self, metrics: dict[str, float]) -> None:
         value = monitored(repr(self), self.monitor, metrics)
         if improves(value, self.best, self.mode):
             # recorded now, so the saved file knows it is the best one; saved at the step's
             # end, once the callbacks after this one have seen the metrics too
-            self.best, self.best_step = value, self._loop.global_step
-            self._loop.save_checkpoint_at_step_end(self.path)
+            self.best, self.best_step = value, self._fit.global_step
+            self._fit.save_checkpoint_at_step_end(self.path)
 
     def state_dict(self) -> dict[str, Any]:
         return {"best": self.best, "best_step": self.best_step}

@@ -39,23 +39,23 @@ class EarlyStopping:
         self.best: float | None = None
         self.best_step: int | None = None
         self.wait = 0  # validations since the best one
-        self._loop: Any = None
+        self._fit: Any = None
 
     def __repr__(self) -> str:
         return f"EarlyStopping(monitor={self.monitor!r}, mode={self.mode!r})"
 
-    def on_loop_start(self, loop: Any) -> None:
-        require_validation(repr(self), loop)
-        self._loop = loop
+    def on_loop_start(self, fit: Any) -> None:
+        require_validation(repr(self), fit)
+        self._fit = fit
 
     def on_validation_metrics(self, metrics: dict[str, float]) -> None:
         value = monitored(repr(self), self.monitor, metrics)
         if improves(value, self.best, self.mode, self.min_delta):
-            self.best, self.best_step, self.wait = value, self._loop.global_step, 0
+            self.best, self.best_step, self.wait = value, self._fit.global_step, 0
             return
         self.wait += 1
         if self.wait >= self.patience:
-            self._loop.request_stop(
+            self._fit.request_stop(
                 f"EarlyStopping: {self.monitor} did not improve on {self.best} (step "
                 f"{self.best_step}) by more than {self.min_delta} in {self.wait} validations"
             )

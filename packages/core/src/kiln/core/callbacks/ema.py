@@ -42,7 +42,7 @@ class EMA:
             validate_with_ema,
             every_n_steps,
         )
-        self._loop: Any = None
+        self._fit: Any = None
         self._names: list[str] = []
         self._params: list[torch.Tensor] = []
         self._shadow: list[torch.Tensor] | None = None
@@ -50,9 +50,9 @@ class EMA:
         self._backup: list[torch.Tensor] | None = None
         self._last_step = 0
 
-    def on_loop_start(self, loop: Any) -> None:
-        self._loop, self._last_step = loop, loop.global_step
-        named = [(n, p) for n, p in loop.module.named_parameters() if p.requires_grad]
+    def on_loop_start(self, fit: Any) -> None:
+        self._fit, self._last_step = fit, fit.global_step
+        named = [(n, p) for n, p in fit.module.named_parameters() if p.requires_grad]
         if any(type(p).__name__ == "DTensor" for _, p in named):
             # each rank holds a shard, and the callback's state is saved from rank 0 only
             raise ValueError(
@@ -67,7 +67,7 @@ class EMA:
             self._shadow = [p.detach().to(_average_dtype(p), copy=True) for p in self._params]
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        step = self._loop.global_step
+        step = self._fit.global_step
         # called per micro-batch: only the window's last one follows an optimizer step
         if step != self._last_step and step % self.every_n_steps == 0:
             self._last_step = step

@@ -13,9 +13,9 @@ def check_mode(owner: str, mode: str) -> None:
         raise ValueError(f"{owner}: mode={mode!r} is not valid; use 'min' or 'max'")
 
 
-def require_validation(owner: str, loop: Any) -> None:
+def require_validation(owner: str, fit: Any) -> None:
     """Fail at the start of the run, not silently at its end, when nothing is validated."""
-    if not loop.validates:
+    if not fit.validates:
         raise ValueError(
             f"{owner} watches a validation metric, but the module does not validate: define "
             "val_dataloader() and validation_step(batch, batch_idx) on it"

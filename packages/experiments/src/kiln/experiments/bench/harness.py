@@ -40,8 +40,8 @@ from lightning.fabric.utilities import move_data_to_device
 from torch import nn
 
 from kiln.core.config import PRECISIONS, CompileConfig
-from kiln.core.optim import unpack_optimizers
-from kiln.core.telemetry import CompileWatch
+from kiln.core.loop.optim import unpack_optimizers
+from kiln.core.telemetry.compile_watch import CompileWatch
 from kiln.experiments.bench.fields import MEMORY_KEYS
 from kiln.experiments.bench.memory import variant_peak_memory_mb
 from kiln.experiments.bench.stats import speedup_stats

@@ -109,7 +109,7 @@ def config_changes(saved: dict[str, Any], resolved: dict[str, Any]) -> list[str]
 
 def latest_checkpoint_meta(checkpoint_dir: str | None) -> tuple[Path, dict[str, Any]] | None:
     """The newest readable checkpoint in ``checkpoint_dir`` and its metadata, or ``None``."""
-    from kiln.core.checkpoint import checkpoint_candidates, read_checkpoint_meta
+    from kiln.core.checkpoints.checkpoint import checkpoint_candidates, read_checkpoint_meta
 
     if checkpoint_dir is None or not Path(checkpoint_dir).is_dir():
         return None
@@ -129,8 +129,8 @@ def explicit_checkpoint_meta(resume: str) -> dict[str, Any]:
         FileNotFoundError: There is no such file.
         DamagedCheckpointError: It is damaged (checksum, CRC-32, truncated) or not kiln's.
     """
-    from kiln.core.checkpoint import damage, read_checkpoint_meta
-    from kiln.core.rundir import DamagedCheckpointError
+    from kiln.core.checkpoints.checkpoint import damage, read_checkpoint_meta
+    from kiln.core.checkpoints.rundir import DamagedCheckpointError
 
     path = Path(resume)
     if not path.exists():
@@ -193,7 +193,7 @@ def _check_layout(path: Path, resolved: dict[str, Any]) -> None:
     Raises:
         ResumeConfigError: The checkpoint's layout is not the one this job's strategy loads.
     """
-    from kiln.core.checkpoint_sharded import check_same_layout
+    from kiln.core.checkpoints.sharded import check_same_layout
 
     strategy = _select(resolved, "trainer.strategy") or "auto"
     try:
@@ -209,8 +209,8 @@ def check_claim(resolved: dict[str, Any], checkpoint: Path | None) -> None:
     Raises:
         CheckpointDirError: The directory cannot hold this run; the message says why.
     """
-    from kiln.core.checkpoint import read_checkpoint_meta
-    from kiln.core.rundir import plan_claim
+    from kiln.core.checkpoints.checkpoint import read_checkpoint_meta
+    from kiln.core.checkpoints.rundir import plan_claim
 
     trainer = resolved["trainer"]
     if trainer.get("checkpoint_dir") is None:
@@ -267,7 +267,7 @@ def _where() -> dict[str, Any]:
     node of the job (a node failure names the nodes the attempt had)."""
     import socket
 
-    from kiln.core.machine import expand_hostlist
+    from kiln.core.telemetry.machine import expand_hostlist
 
     where: dict[str, Any] = {"host": socket.gethostname()}
     nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")

@@ -111,7 +111,7 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
     is ``auto``; the config may not change what the checkpoint was trained with) and its
     W&B run; one that already ended ``ok`` with the same config is skipped. Each attempt is
     listed in the record's ``attempts``. SIGTERM, SIGINT and SLURM's USR2 stop training at
-    the next step boundary with a checkpoint (``kiln.core.stop``); USR2 then requeues the
+    the next step boundary with a checkpoint (``kiln.core.loop.stop``); USR2 then requeues the
     job through submitit (its attempt ``requeued``).
     """
     from contextlib import nullcontext
@@ -142,7 +142,7 @@ def _checked_config(
     """
     from omegaconf import OmegaConf
 
-    from kiln.core.rundir import check_writable
+    from kiln.core.checkpoints.rundir import check_writable
     from kiln.experiments.train.schema import validate
 
     if OmegaConf.select(cfg, "trainer.checkpoint_dir") is None:

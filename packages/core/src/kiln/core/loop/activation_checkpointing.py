@@ -11,7 +11,7 @@ the wrappers FSDP2 sharded: they own their blocks' shards). How:
   older transformers), the timm wrapper ``set_grad_checkpointing``. A hook that cannot (a
   model without support) raises a ``ValueError`` that names the model.
 - Any other module: every repeated block (found as regional compile finds them,
-  :func:`kiln.core.compile.repeated_blocks`) is wrapped in torch's non-reentrant
+  :func:`kiln.core.loop.compile.repeated_blocks`) is wrapped in torch's non-reentrant
   ``checkpoint_wrapper`` in place. The wrapper's state dict has the block's own keys, so
   checkpoints are shared with runs without it.
 - A module with neither fails before training, naming it and what is supported.
@@ -34,7 +34,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
 )
 from torch.distributed.fsdp import FSDPModule
 
-from kiln.core.compile import repeated_blocks
+from kiln.core.loop.compile import repeated_blocks
 
 HOOK = "set_activation_checkpointing"
 

@@ -94,7 +94,7 @@ def check_same_layout(path: Path, sharded_run: bool, strategy: str) -> None:
             ``checkpoint_paths``).
         ValueError: The layouts differ.
     """
-    from kiln.core.checkpoint_paths import check_not_a_plain_directory
+    from kiln.core.checkpoints.paths import check_not_a_plain_directory
 
     check_not_a_plain_directory(path)
     sharded_checkpoint = path.is_dir()

@@ -17,15 +17,19 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from kiln.core.checkpoint import checkpoint_candidates, load_checkpoint
-from kiln.core.checkpoint_sharded import check_same_layout
+from kiln.core.checkpoints.checkpoint import checkpoint_candidates, load_checkpoint
+from kiln.core.checkpoints.rundir import (
+    CheckpointDirError,
+    DamagedCheckpointError,
+    claim,
+    new_run_id,
+)
+from kiln.core.checkpoints.sharded import check_same_layout
 from kiln.core.config import check_global_batch
-from kiln.core.data import dataset_size, epoch_samples, micro_batch_size
-from kiln.core.rundir import CheckpointDirError, DamagedCheckpointError, claim, new_run_id
-from kiln.core.seeding import seed_rank_streams
-from kiln.core.setup import Context
-from kiln.core.sharding import is_sharded
-from kiln.core.state import RunState
+from kiln.core.distributed.sharding import is_sharded
+from kiln.core.loop.data import dataset_size, epoch_samples, micro_batch_size
+from kiln.core.loop.seeding import seed_rank_streams
+from kiln.core.state import Context, RunState
 
 
 def resume(ctx: Context, run: RunState) -> dict[str, Any] | None:
@@ -85,7 +89,7 @@ def _load(ctx: Context, run: RunState) -> dict[str, Any] | None:
 def _check_world_size(ctx: Context, path: Path, rest: dict[str, Any]) -> None:
     """Let a checkpoint of ``W0`` ranks continue on this run's ``W`` when the global batch
     (devices x micro-batch x accumulation) is the same: step ``k`` then trains on the same
-    samples (``kiln.core.data``), and only where the run stands in the epoch is converted.
+    samples (``kiln.core.loop.data``), and only where the run stands in the epoch is converted.
     The user sets ``trainer.accumulate_grad_batches`` for the new world; another global
     batch fails, naming both world sizes and the accumulation that keeps it."""
     saved, world = rest.get("world_size"), ctx.fabric.world_size

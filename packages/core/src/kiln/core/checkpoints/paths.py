@@ -16,7 +16,7 @@ def check_not_a_plain_directory(path: Path) -> None:
     Raises:
         IsADirectoryError: ``path`` is such a directory.
     """
-    from kiln.core.checkpoint import checkpoint_candidates  # it imports this module
+    from kiln.core.checkpoints.checkpoint import checkpoint_candidates  # it imports this module
 
     if not path.is_dir() or (path / ".metadata").exists() or (path / "meta.pt").exists():
         return

@@ -136,7 +136,7 @@ def _verified_run_id(path: Path) -> tuple[str | None, str | None]:
 
     import torch
 
-    from kiln.core.checkpoint_sharded import checksum_damage
+    from kiln.core.checkpoints.sharded import checksum_damage
 
     if path.is_dir():
         problem = checksum_damage(path)

@@ -1,90 +1,44 @@
 """The setup stage of ``fit``: Fabric, loaders, compile, optimizers, in that order.
 
-``setup`` returns a :class:`Context`: what stays fixed for the whole run and what the step,
-the cadence and ``finish`` use. Where the run stands lives apart, in ``state.RunState``.
+``setup`` returns a :class:`~kiln.core.state.Context`: what stays fixed for the whole run
+and what the step, ``LogValidateCheckpoint`` and ``finish`` use.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, cast
 
 import lightning as L
 import torch
 from lightning.fabric.plugins import ClusterEnvironment, Precision
 from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
-from lightning.fabric.wrappers import _FabricModule  # pyright: ignore[reportPrivateUsage]
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader
 
-from kiln.core.callbacks.base import CallbackStates, StepHooks
+from kiln.core.checkpoints.rundir import check_writable
 from kiln.core.config import CompileConfig, TrainerConfig
-from kiln.core.data import training_loader
-from kiln.core.launch import check_world_size, launched_externally
-from kiln.core.memory import reset_peak_memory
-from kiln.core.optim import unpack_optimizers
-from kiln.core.precision import ExactDoublePrecision
-from kiln.core.rundir import check_writable
-from kiln.core.seeding import seed_rank_streams
-from kiln.core.sharding import (
+from kiln.core.distributed.launch import check_world_size, launched_externally
+from kiln.core.distributed.sharding import (
     fsdp_strategy,
     is_sharded,
     join_one_process_group,
     one_process_environment,
     through_root,
 )
-from kiln.core.telemetry import CompileWatch, StepTimer
+from kiln.core.hooks import CallbackStates, StepHooks
+from kiln.core.loop.data import training_loader
+from kiln.core.loop.optim import unpack_optimizers
+from kiln.core.loop.precision import ExactDoublePrecision
+from kiln.core.loop.seeding import seed_rank_streams
+from kiln.core.state import Context
+from kiln.core.telemetry.compile_watch import CompileWatch
+from kiln.core.telemetry.memory import reset_peak_memory
+from kiln.core.telemetry.step_timer import StepTimer
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Context:
-    """What ``setup`` built for the run."""
-
-    fabric: L.Fabric
-    trainer: TrainerConfig
-    module: L.LightningModule  # the module as given (hooks, count_items)
-    model: _FabricModule  # the Fabric-wrapped (and maybe compiled) module that runs the steps
-    # model.training_step, resolved once: Fabric's wrapper looks it up through several
-    # __getattr__ calls (tens of microseconds), and the callable it returns is reusable
-    training_step: Callable[..., Any]
-    # Fabric's wrapper (at run time an instance of the torch optimizer's own class)
-    optimizer: torch.optim.Optimizer
-    # what optimizer_step calls .step() on: the torch optimizer itself where Fabric's
-    # wrapper would only pass the call through its layers (see _stepped)
-    stepped: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None
-    scaler: torch.amp.GradScaler | None  # the GradScaler of 16-mixed, else None
-    train_loader: DataLoader[Any]
-    val_loader: DataLoader[Any] | None
-    batches_per_epoch: int
-    total_steps: int
-    watch: CompileWatch
-    timer: StepTimer
-    counts_tokens: bool  # the module's items are tokens: report tokens/s
-    has_count_hook: bool  # the module defines count_items (else items = batch size)
-    count_flops: bool  # trainer.count_flops, unless the module says count_flops = False
-    run_config: dict[str, Any] | None
-    hooks: StepHooks  # fabric.call for the per-step hooks
-    callback_states: CallbackStates = field(default_factory=lambda: CallbackStates([]))
-    activation_checkpointing: str | None = None  # how it was applied (None: off)
-    start_memory_mb: float | None = None  # held when the fit began (its peak counts from there)
-
-    @property
-    def objects(self) -> dict[str, Any]:
-        """The stateful objects a checkpoint saves and a resume restores."""
-        objects: dict[str, Any] = {"model": self.model, "optimizer": self.optimizer}
-        if self.scheduler is not None:
-            objects["scheduler"] = self.scheduler
-        if self.scaler is not None:
-            objects["scaler"] = self.scaler
-        if self.callback_states:  # callbacks with state_dict(): "callbacks/<key>"
-            objects["callbacks"] = self.callback_states
-        return objects
 
 
 def setup(

@@ -1,33 +1,31 @@
-"""What callbacks see of a running ``fit`` (:class:`Loop`) and how their state is saved.
+"""What callbacks see of a running ``fit`` (:class:`FitHandle`) and how their state is saved.
 
 Callbacks are plain objects passed to ``fit(callbacks=...)``; the loop calls their ``on_*``
 methods through ``fabric.call`` (see ``kiln.core.contract``). Two hooks are kiln's own:
 
-- ``on_loop_start(loop)``: once, after setup and resume, before ``on_fit_start``; ``loop``
-  is a :class:`Loop`, the callback's handle on the run (weights, metrics, stop, save).
+- ``on_loop_start(fit)``: once, after setup and resume, before ``on_fit_start``; ``fit``
+  is a :class:`FitHandle`, the callback's handle on the run (weights, metrics, stop, save).
 - ``on_validation_metrics(metrics)``: after each validation, with its ``val/`` metrics
   (the same on every rank), once ``on_validation_end`` has run.
 
 A callback with ``state_dict()`` and ``load_state_dict(state)`` is saved in every checkpoint
 under ``checkpoint["callbacks"][key]`` and restored on resume (before ``on_loop_start``);
-``key`` is its ``state_key`` attribute, else its class name.
+``key`` is its ``state_key`` attribute, else its class name (``kiln.core.hooks`` does the
+saving).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import lightning as L
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kiln.core.setup import Context
-    from kiln.core.state import RunState
+    from kiln.core.state import Context, RunState
 
 
-class Loop:
-    """A callback's handle on the running ``fit``, given to ``on_loop_start(loop)``.
+class FitHandle:
+    """A callback's handle on the running ``fit``, given to ``on_loop_start(fit)``.
 
     Attributes:
         fabric: The run's Fabric.
@@ -101,86 +99,3 @@ class Loop:
         saved once.
         """
         self._save_at_step_end(Path(path))
-
-
-def state_key(callback: Any) -> str:
-    """Where ``callback``'s state lives in a checkpoint's ``"callbacks"`` entry."""
-    return str(getattr(callback, "state_key", type(callback).__name__))
-
-
-def is_stateful(callback: Any) -> bool:
-    return callable(getattr(callback, "state_dict", None)) and callable(
-        getattr(callback, "load_state_dict", None)
-    )
-
-
-class CallbackStates:
-    """The stateful callbacks of a run, saved and loaded as one checkpoint entry.
-
-    Args:
-        callbacks: The objects passed to ``fit(callbacks=...)``.
-
-    Raises:
-        ValueError: Two stateful callbacks share a state key.
-    """
-
-    def __init__(self, callbacks: Sequence[Any]) -> None:
-        self.stateful: dict[str, Any] = {}
-        for callback in callbacks:
-            if not is_stateful(callback):
-                continue
-            key = state_key(callback)
-            if key in self.stateful:
-                raise ValueError(
-                    f"two callbacks save their state under {key!r}; give one of them a "
-                    "distinct `state_key` attribute"
-                )
-            self.stateful[key] = callback
-
-    def __bool__(self) -> bool:
-        return bool(self.stateful)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {key: callback.state_dict() for key, callback in self.stateful.items()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        missing = [key for key in self.stateful if key not in state]
-        if missing:
-            raise KeyError(
-                f"the checkpoint holds no state for callbacks {missing} (it has "
-                f"{sorted(state)}); was it saved by a run without them?"
-            )
-        for key, callback in self.stateful.items():
-            callback.load_state_dict(state[key])
-
-
-class StepHooks:
-    """``fabric.call`` for the per-step hooks, skipped for a hook that nobody defines.
-
-    ``fabric.call`` inspects each listener's signature on every call (tens of microseconds),
-    and LightningModule defines every hook as a no-op; once per micro-batch that adds up.
-
-    Args:
-        fabric: The run's Fabric.
-        listeners: What Fabric calls: the module, then the callbacks.
-    """
-
-    def __init__(self, fabric: Any, listeners: Sequence[Any]) -> None:
-        self._fabric, self._listeners = fabric, list(listeners)
-        self._listened: dict[str, bool] = {}
-
-    def __call__(self, hook: str, *args: Any) -> None:
-        listened = self._listened.get(hook)
-        if listened is None:
-            listened = self._listened[hook] = any(_defines(x, hook) for x in self._listeners)
-        if listened:
-            self._fabric.call(hook, *args)
-
-
-def _defines(listener: Any, hook: str) -> bool:
-    """Whether ``listener`` has ``hook`` other than LightningModule's no-op."""
-    method = getattr(listener, hook, None)
-    if not callable(method):
-        return False
-    default = getattr(L.LightningModule, hook, None)
-    return default is None or getattr(method, "__func__", None) is not default

@@ -7,10 +7,10 @@ from collections import defaultdict
 
 import torch
 
-from kiln.core.checkpoint import capture_rng_state, restore_rng_state
-from kiln.core.data import dataset_size, gather_in_order
-from kiln.core.precision import call_step_hook
-from kiln.core.setup import Context
+from kiln.core.checkpoints.checkpoint import capture_rng_state, restore_rng_state
+from kiln.core.loop.data import dataset_size, gather_in_order
+from kiln.core.loop.precision import call_step_hook
+from kiln.core.state import Context
 
 
 def validate(ctx: Context, step: int) -> dict[str, float] | None:

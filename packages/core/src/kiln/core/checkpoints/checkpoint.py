@@ -37,14 +37,8 @@ from torch._dynamo.eval_frame import OptimizedModule
 from torch.distributed.checkpoint.api import CheckpointException
 
 from kiln.core.atomic import TEMP_SUFFIX, fsync_path, replace_synced, write_synced
-from kiln.core.checkpoint_paths import check_not_a_plain_directory
-from kiln.core.checkpoint_sharded import (
-    checksum_damage,
-    dcp_reason,
-    restore_stateful,
-    write_checksums,
-)
-from kiln.core.rundir import (
+from kiln.core.checkpoints.paths import check_not_a_plain_directory
+from kiln.core.checkpoints.rundir import (
     CHECKPOINT_NAME,
     CheckpointWriteError,
     DamagedCheckpointError,
@@ -54,6 +48,12 @@ from kiln.core.rundir import (
     recorded_run,
     sha256_of,
     write_run_file,
+)
+from kiln.core.checkpoints.sharded import (
+    checksum_damage,
+    dcp_reason,
+    restore_stateful,
+    write_checksums,
 )
 
 _COMPILED_PREFIX = "_orig_mod."
@@ -514,8 +514,8 @@ def load_checkpoint(fabric: Fabric, path: str | Path, state: dict[str, Any]) -> 
     Must be called on every rank. Modules load strictly; a checkpoint of another model fails
     with an error that names the checkpoint and lists missing and unexpected keys. A damaged
     file (checksum mismatch with ``run.json``, truncated, unpicklable) raises
-    :class:`~kiln.core.rundir.DamagedCheckpointError` naming it, before any object changes; a
-    directory that is no sharded checkpoint, ``IsADirectoryError`` naming its newest one.
+    :class:`~kiln.core.checkpoints.rundir.DamagedCheckpointError` naming it, before any object
+    changes; a directory that is no sharded checkpoint, ``IsADirectoryError`` naming its newest one.
     Checkpoints whose keys carry ``_orig_mod.`` (written by other tools) load too.
 
     Args:

@@ -38,7 +38,7 @@ def call_step_hook(fabric: Any, model: Any, hook: str, *args: Any) -> Any:
     when Fabric already did. Under FSDP2 the hook goes through the root module's call
     (``sharding.through_root``), as the training step does.
     """
-    from kiln.core.sharding import is_sharded, through_root
+    from kiln.core.distributed.sharding import is_sharded, through_root
 
     fn = through_root(model, hook) if is_sharded(fabric.strategy) else getattr(model, hook)
     return call_under_precision(fabric.strategy.precision, fn, *args)

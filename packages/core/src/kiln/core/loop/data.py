@@ -6,7 +6,8 @@ The order does not depend on the world size either. Each epoch's permutation is 
 positions ``r, r + W, ...``), so the window of ``A`` micro-batches of ``B`` samples that
 step ``k`` trains on ``W`` ranks holds positions ``[k·G, (k+1)·G)`` of the permutation, with
 ``G = W·A·B`` the global batch: the same samples on any world size with the same global
-batch. That is what lets a run resume on another number of devices (``kiln.core.resume``).
+batch. That is what lets a run resume on another number of devices
+(``kiln.core.checkpoints.resume``).
 Only an epoch's tail can differ: the sampler pads each epoch to a multiple of ``W`` and
 ``drop_last`` drops a short batch per rank (:func:`epoch_samples`).
 """

@@ -15,21 +15,21 @@ from typing import Any
 
 import torch
 
-from kiln.core.checkpoint import save_checkpoint
-from kiln.core.data import micro_batch_size
+from kiln.core.checkpoints.checkpoint import save_checkpoint
 from kiln.core.errors import NonFiniteLossError, check_finite_weights, check_window_total
-from kiln.core.progress import Progress
-from kiln.core.setup import Context
-from kiln.core.state import RunState
-from kiln.core.step import StepOutput, as_count_tensor, window_loss_sums
-from kiln.core.stop import requested_signal
-from kiln.core.validation import validate
+from kiln.core.loop.data import micro_batch_size
+from kiln.core.loop.step import StepOutput, as_count_tensor, window_loss_sums
+from kiln.core.loop.stop import requested_signal
+from kiln.core.loop.validation import validate
+from kiln.core.state import Context, RunState
+from kiln.core.telemetry.progress import Progress
 
 log = logging.getLogger(__name__)
 
 
-class Cadence:
-    """Logging, validation and checkpoints after each step of a run (see the module doc).
+class LogValidateCheckpoint:
+    """Logging, validation and checkpoints after each step of a run, each on its period (see
+    the module doc).
 
     Args:
         ctx: What ``setup`` built.

@@ -11,9 +11,10 @@
 
 The update of a window therefore equals the update of one batch holding all of its items.
 
-``fit`` reads as its stages: ``setup`` (setup.py), ``resume`` (resume.py), then a loop of
-``train_step`` (step.py) and ``Cadence.after_step`` (cadence.py: log, validate, checkpoint),
-then ``finish`` (below).
+``fit`` reads as its stages: ``setup`` (``loop/setup.py``), ``resume``
+(``checkpoints/resume.py``), then a loop of ``train_step`` (``loop/step.py``) and
+``LogValidateCheckpoint.after_step`` (``loop/log_validate_checkpoint.py``: each on its
+period), then ``finish`` (below).
 """
 
 from __future__ import annotations
@@ -29,26 +30,26 @@ from typing import Any
 import lightning as L
 import torch
 
-from kiln.core.activation_checkpointing import activation_checkpointing
-from kiln.core.cadence import Cadence
-from kiln.core.callbacks.base import Loop
-from kiln.core.checkpoint import restore_rng_state
-from kiln.core.compile import compile_scope
+from kiln.core.callbacks.handle import FitHandle
+from kiln.core.checkpoints.checkpoint import restore_rng_state
+from kiln.core.checkpoints.resume import resume
 from kiln.core.config import CompileConfig, TrainerConfig
-from kiln.core.data import epoch_batches
 from kiln.core.errors import (
     EmptyEpochError,
     EmptyWindowError,
     NonFiniteGradientError,
     NonFiniteLossError,
 )
-from kiln.core.flops import flops_telemetry, peak_flops_per_s
-from kiln.core.memory import device_peak_memory_mb, state_bytes
-from kiln.core.resume import resume
-from kiln.core.setup import Context, setup
-from kiln.core.state import FitResult, RunState
-from kiln.core.step import train_step
-from kiln.core.stop import StopPoll, listening
+from kiln.core.loop.activation_checkpointing import activation_checkpointing
+from kiln.core.loop.compile import compile_scope
+from kiln.core.loop.data import epoch_batches
+from kiln.core.loop.log_validate_checkpoint import LogValidateCheckpoint
+from kiln.core.loop.setup import setup
+from kiln.core.loop.step import train_step
+from kiln.core.loop.stop import StopPoll, listening
+from kiln.core.state import Context, FitResult, RunState
+from kiln.core.telemetry.flops import flops_telemetry, peak_flops_per_s
+from kiln.core.telemetry.memory import device_peak_memory_mb, state_bytes
 
 # the exceptions and the result are importable beside fit, the function that raises them
 __all__ = ["EmptyWindowError", "FitResult", "NonFiniteGradientError", "NonFiniteLossError", "fit"]
@@ -97,19 +98,19 @@ def fit(
         ctx = setup(module, trainer, compile_config, loggers, callbacks, plugins, run_config)
         ctx.watch.compiled_blocks, ctx.activation_checkpointing = len(blocks), checkpointed
         resume_rng = resume(ctx, run)
-        cadence = Cadence(ctx, run)
+        periodic = LogValidateCheckpoint(ctx, run)
         windows = train_windows(ctx, run, resume_rng)
-        loop = Loop(ctx, run, cadence.checkpoint, cadence.checkpoint_at_step_end)
-        ctx.fabric.call("on_loop_start", loop)
+        handle = FitHandle(ctx, run, periodic.checkpoint, periodic.checkpoint_at_step_end)
+        ctx.fabric.call("on_loop_start", handle)
         ctx.fabric.call("on_fit_start")
         ctx.model.train()
         poll = StopPoll(ctx.fabric)
-        with cadence.progress, listening():
+        with periodic.progress, listening():
             # a stop a callback or a signal requested is honoured here, at the step boundary
             while run.global_step < ctx.total_steps and run.stop_reason is None:
                 out = train_step(ctx, run, next(windows))
                 signum = poll() if run.global_step < ctx.total_steps else 0
-                cadence.after_step(out, interrupted=bool(signum))
+                periodic.after_step(out, interrupted=bool(signum))
                 if signum:  # after the checkpoint: a resumed run must not stay stopped
                     run.stop_reason, run.stop_signal = "signal", signal.Signals(signum).name
         ctx.fabric.call("on_fit_end")

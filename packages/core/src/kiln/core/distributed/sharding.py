@@ -35,8 +35,8 @@ import torch.distributed as dist
 from lightning.fabric.plugins.environments.lightning import LightningEnvironment
 from torch import nn
 
-from kiln.core.compile import repeated_blocks
 from kiln.core.config import CPU_OFFLOAD_NEEDS_CUDA, FSDPConfig, TrainerConfig
+from kiln.core.loop.compile import repeated_blocks
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class OneProcessEnvironment(LightningEnvironment):
 def one_process_environment(trainer: TrainerConfig) -> OneProcessEnvironment | None:
     """:class:`OneProcessEnvironment` for ``trainer.strategy=fsdp`` on one process that no
     launcher started (torchrun's or SLURM's environment is right for theirs), else ``None``."""
-    from kiln.core.launch import launched_externally
+    from kiln.core.distributed.launch import launched_externally
 
     if trainer.strategy != "fsdp" or trainer.devices * trainer.num_nodes > 1:
         return None

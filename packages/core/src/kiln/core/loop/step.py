@@ -17,11 +17,10 @@ import torch
 
 from kiln.core.contract import default_count_items
 from kiln.core.errors import NonFiniteGradientError, check_window_total
-from kiln.core.flops import count_micro_batch_flops
-from kiln.core.memory import grad_bytes
-from kiln.core.precision import call_under_precision
-from kiln.core.setup import Context
-from kiln.core.state import RunState
+from kiln.core.loop.precision import call_under_precision
+from kiln.core.state import Context, RunState
+from kiln.core.telemetry.flops import count_micro_batch_flops
+from kiln.core.telemetry.memory import grad_bytes
 
 _AT_LEAST_FP32 = (torch.float32, torch.float64)
 

@@ -10,10 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
+from in_process import run_in_process
 from omegaconf import DictConfig
 
+import kiln.experiments.train as train_package
 from kiln.experiments.config import config_dir
 from kiln.experiments.train.schema import register_configs
+
+# what ``python -m kiln.experiments.train`` has as ``sys.argv[0]``
+TRAIN_MAIN = str(Path(train_package.__file__).parent / "__main__.py")
 
 # Tiny, fast and deterministic: every test run trains the tiny BERT for a few steps.
 FAST = ["debug=fast", "trainer.max_steps=4", "compile.backend=aot_eager"]
@@ -39,13 +44,35 @@ def run_train(
     timeout: float = 600,
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
+    process: bool = False,
 ) -> subprocess.CompletedProcess:
-    """Run ``kiln-train`` in a fresh interpreter with its outputs below ``log_dir``
-    (``env``: extra environment variables, e.g. a ``PYTHONPATH`` holding a plugin)."""
-    env = {**user_env(), **(env or {}), "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
-    cmd = [sys.executable, "-m", "kiln.experiments.train", *args]
-    return subprocess.run(
-        cmd, env=env, cwd=cwd or log_dir, capture_output=True, text=True, timeout=timeout
+    """Run ``kiln-train args`` with its outputs below ``log_dir`` (``env``: extra environment
+    variables): in this process, as the console script runs it but for the process, or with
+    ``process=True`` in a fresh interpreter (``timeout`` applies to that one only).
+
+    A ``PYTHONPATH`` in ``env`` (a plugin on the path) needs ``process=True``: this process
+    would keep the plugin imported for every later test."""
+    env = {**(env or {}), "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
+    if process:
+        cmd = [sys.executable, "-m", "kiln.experiments.train", *args]
+        return subprocess.run(
+            cmd,
+            env={**user_env(), **env},
+            cwd=cwd or log_dir,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    assert "PYTHONPATH" not in env, "a plugin on PYTHONPATH: run_train(..., process=True)"
+    from kiln.experiments.config import run_hydra_app
+    from kiln.experiments.train.cli import task
+
+    # cli.main() without fast_exit.end_process, which ends the process
+    return run_in_process(
+        lambda: run_hydra_app(task, "train", register_configs),
+        [TRAIN_MAIN, *args],
+        env,
+        str(cwd or log_dir),
     )
 
 

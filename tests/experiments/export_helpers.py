@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from in_process import run_in_process
 
 # Runs in a fresh interpreter: loads each export with plain transformers / timm only and
 # writes its outputs on the inputs the kiln module saw.
@@ -36,15 +38,22 @@ torch.save(outputs, sys.argv[2])
 """
 
 
-def kiln(command: str, *args: object, env: dict[str, str] | None = None):
-    """``kiln-<command> args`` in a fresh interpreter (``env``: extra variables)."""
-    return subprocess.run(
-        [sys.executable, "-m", f"kiln.experiments.{command}", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, **(env or {})},
-    )
+def kiln(command: str, *args: object, env: dict[str, str] | None = None, process: bool = False):
+    """``kiln-<command> args`` (``env``: extra variables): in this process, as its console
+    script runs it but for the process, or with ``process=True`` in a fresh interpreter."""
+    argv = list(map(str, args))
+    if process:
+        return subprocess.run(
+            [sys.executable, "-m", f"kiln.experiments.{command}", *argv],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, **(env or {})},
+        )
+    assert "PYTHONPATH" not in (env or {}), "a plugin on PYTHONPATH: kiln(..., process=True)"
+    cli = importlib.import_module(f"kiln.experiments.{command}.cli")
+    main_file = str(Path(cli.__file__).with_name("__main__.py"))
+    return run_in_process(lambda: cli.main(argv), [main_file, *argv], env or {}, os.getcwd())
 
 
 def export_case(module: Any, out: Path) -> tuple[dict[str, Any], torch.Tensor]:

@@ -44,6 +44,8 @@ def _process_like(argv: list[str], env: dict[str, str], cwd: str) -> Iterator[No
     GlobalHydra.instance().clear()
     sys.argv = argv
     os.environ.update(env)
+    if "OMP_NUM_THREADS" in env:  # what a fresh interpreter's torch starts with
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
     os.chdir(cwd)
     try:
         yield

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import subprocess
 import sys
@@ -10,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from in_process import run_in_process
+from in_process import kiln_command
 
 # Runs in a fresh interpreter: loads each export with plain transformers / timm only and
 # writes its outputs on the inputs the kiln module saw.
@@ -39,21 +38,9 @@ torch.save(outputs, sys.argv[2])
 
 
 def kiln(command: str, *args: object, env: dict[str, str] | None = None, process: bool = False):
-    """``kiln-<command> args`` (``env``: extra variables): in this process, as its console
-    script runs it but for the process, or with ``process=True`` in a fresh interpreter."""
-    argv = list(map(str, args))
-    if process:
-        return subprocess.run(
-            [sys.executable, "-m", f"kiln.experiments.{command}", *argv],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env={**os.environ, **(env or {})},
-        )
-    assert "PYTHONPATH" not in (env or {}), "a plugin on PYTHONPATH: kiln(..., process=True)"
-    cli = importlib.import_module(f"kiln.experiments.{command}.cli")
-    main_file = str(Path(cli.__file__).with_name("__main__.py"))
-    return run_in_process(lambda: cli.main(argv), [main_file, *argv], env or {}, os.getcwd())
+    """``kiln-<command> args`` (``env``: extra variables): in this process, or with
+    ``process=True`` in a fresh interpreter (see :func:`in_process.kiln_command`)."""
+    return kiln_command(command, list(map(str, args)), env, process=process)
 
 
 def export_case(module: Any, out: Path) -> tuple[dict[str, Any], torch.Tensor]:

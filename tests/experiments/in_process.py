@@ -1,6 +1,8 @@
-"""Run a kiln command in this test process, as its console script would run it but for the
-process: the same ``sys.argv``, environment and working directory, its stdout and stderr
-captured, ``SystemExit`` turned into a return code.
+"""Run a kiln command (``kiln-train``, ``kiln-bench``, ``kiln-report``, ``kiln-eval``,
+``kiln-export``) in this test process, as its console script runs it but for the process: the
+same ``sys.argv``, environment and working directory, its stdout and stderr captured,
+``SystemExit`` turned into a return code; or, for the tests whose point is the process, in a
+fresh interpreter.
 
 A fresh interpreter costs each test 6-10 s of imports (torch, Lightning, transformers) before
 its few steps; the tests whose point is the process itself (exit status of the console
@@ -14,12 +16,14 @@ environment, working directory, ``sys.path`` and torch's global flags as they we
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import logging
 import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 
@@ -52,8 +56,9 @@ def _process_like(argv: list[str], env: dict[str, str], cwd: str) -> Iterator[No
     finally:
         import wandb
 
-        if wandb.run is not None:  # a job that died with its run open; a new command has none
-            wandb.finish(exit_code=1)
+        # what the process's exit does (W&B's atexit hook): finish open runs, wait until the
+        # service has written every run's file, end the service (the next command starts one)
+        wandb.teardown()
         GlobalHydra.instance().clear()
         torch._dynamo.reset()
         dtype, deterministic, warn_only, matmul, threads = saved_torch
@@ -70,12 +75,9 @@ def _process_like(argv: list[str], env: dict[str, str], cwd: str) -> Iterator[No
         root.setLevel(saved_level)
         os.chdir(saved_cwd)
         sys.path[:] = saved_path
-        # W&B's service, once started in this process, is the one every later run talks to
-        service = os.environ.get("WANDB_SERVICE")
         os.environ.clear()
         os.environ.update(saved_env)
-        if service is not None:
-            os.environ["WANDB_SERVICE"] = service
+        os.environ.pop("WANDB_SERVICE", None)  # the service it names has ended
         sys.argv = saved_argv
 
 
@@ -140,3 +142,55 @@ def run_in_process(
         err.write(f"{code}\n")
         code = 1
     return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def user_env() -> dict[str, str]:
+    """This process's environment as a user's shell would hand it to a command: without
+    ``WANDB_SERVICE``, which W&B sets here once a test opened a run in-process (a child that
+    inherits it shares this process's W&B service, and a killed child's run stays in use)."""
+    return {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
+
+
+def _main(command: str, argv: list[str]) -> Callable[[], Any]:
+    """``kiln-<command>``'s console script entry point without its process ending."""
+    cli = importlib.import_module(f"kiln.experiments.{command}.cli")
+    if command == "train":
+        from kiln.experiments.config import run_hydra_app
+
+        # cli.main() ends the process (fast_exit.end_process): the rest of it
+        return lambda: run_hydra_app(cli.task, "train", cli.register_configs)
+    if command == "bench":
+        return cli.main  # Hydra reads sys.argv
+    return lambda: cli.main(argv)
+
+
+def kiln_command(
+    command: str,
+    args: list[str],
+    env: dict[str, str] | None = None,
+    cwd: Path | str | None = None,
+    process: bool = False,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess:
+    """``kiln-<command> args`` with ``env`` added to the environment, in ``cwd`` (default: this
+    process's): in this process, or with ``process=True`` in a fresh interpreter
+    (``timeout`` applies to that one only).
+
+    A ``PYTHONPATH`` in ``env`` (a plugin on the path) needs ``process=True``: this process
+    would keep the plugin imported, and its models registered, for every later test.
+    """
+    env, cwd = env or {}, str(cwd or os.getcwd())
+    module = f"kiln.experiments.{command}"
+    if process:
+        return subprocess.run(
+            [sys.executable, "-m", module, *args],
+            env={**user_env(), **env},
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    assert "PYTHONPATH" not in env, f"a plugin on PYTHONPATH: kiln-{command} needs process=True"
+    # what ``python -m kiln.experiments.<command>`` has as sys.argv[0]
+    main_file = str(Path(importlib.import_module(module).__file__).parent / "__main__.py")
+    return run_in_process(_main(command, args), [main_file, *args], env, cwd)

@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
-from in_process import run_in_process
+from in_process import kiln_command, user_env  # noqa: F401 (user_env: for the tests)
 from omegaconf import DictConfig
 
-import kiln.experiments.train as train_package
 from kiln.experiments.config import config_dir
 from kiln.experiments.train.schema import register_configs
-
-# what ``python -m kiln.experiments.train`` has as ``sys.argv[0]``
-TRAIN_MAIN = str(Path(train_package.__file__).parent / "__main__.py")
 
 # Tiny, fast and deterministic: every test run trains the tiny BERT for a few steps.
 FAST = ["debug=fast", "trainer.max_steps=4", "compile.backend=aot_eager"]
@@ -31,13 +25,6 @@ def compose_train(overrides: list[str], hydra_config: bool = False) -> DictConfi
         return compose("train", overrides=overrides, return_hydra_config=hydra_config)
 
 
-def user_env() -> dict[str, str]:
-    """This process's environment as a user's shell would hand it to kiln-train: without
-    ``WANDB_SERVICE``, which W&B sets here once a test opened a run in-process (a child that
-    inherits it shares this process's W&B service, and a killed child's run stays in use)."""
-    return {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
-
-
 def run_train(
     args: list[str],
     log_dir: Path,
@@ -46,34 +33,11 @@ def run_train(
     env: dict[str, str] | None = None,
     process: bool = False,
 ) -> subprocess.CompletedProcess:
-    """Run ``kiln-train args`` with its outputs below ``log_dir`` (``env``: extra environment
-    variables): in this process, as the console script runs it but for the process, or with
-    ``process=True`` in a fresh interpreter (``timeout`` applies to that one only).
-
-    A ``PYTHONPATH`` in ``env`` (a plugin on the path) needs ``process=True``: this process
-    would keep the plugin imported for every later test."""
+    """``kiln-train args`` with its outputs below ``log_dir``, run from ``cwd`` (default
+    ``log_dir``): in this process, or with ``process=True`` in a fresh interpreter
+    (``env``: extra environment variables; see :func:`in_process.kiln_command`)."""
     env = {**(env or {}), "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
-    if process:
-        cmd = [sys.executable, "-m", "kiln.experiments.train", *args]
-        return subprocess.run(
-            cmd,
-            env={**user_env(), **env},
-            cwd=cwd or log_dir,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    assert "PYTHONPATH" not in env, "a plugin on PYTHONPATH: run_train(..., process=True)"
-    from kiln.experiments.config import run_hydra_app
-    from kiln.experiments.train.cli import task
-
-    # cli.main() without fast_exit.end_process, which ends the process
-    return run_in_process(
-        lambda: run_hydra_app(task, "train", register_configs),
-        [TRAIN_MAIN, *args],
-        env,
-        str(cwd or log_dir),
-    )
+    return kiln_command("train", args, env, cwd or log_dir, process, timeout)
 
 
 def job_dirs(log_dir: Path) -> list[Path]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from in_process import kiln_command
 
 # Runs in a fresh interpreter: loads each export with plain transformers / timm only and
 # writes its outputs on the inputs the kiln module saw.
@@ -36,15 +37,10 @@ torch.save(outputs, sys.argv[2])
 """
 
 
-def kiln(command: str, *args: object, env: dict[str, str] | None = None):
-    """``kiln-<command> args`` in a fresh interpreter (``env``: extra variables)."""
-    return subprocess.run(
-        [sys.executable, "-m", f"kiln.experiments.{command}", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, **(env or {})},
-    )
+def kiln(command: str, *args: object, env: dict[str, str] | None = None, process: bool = False):
+    """``kiln-<command> args`` (``env``: extra variables): in this process, or with
+    ``process=True`` in a fresh interpreter (see :func:`in_process.kiln_command`)."""
+    return kiln_command(command, list(map(str, args)), env, process=process)
 
 
 def export_case(module: Any, out: Path) -> tuple[dict[str, Any], torch.Tensor]:

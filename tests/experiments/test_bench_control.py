@@ -3,10 +3,9 @@ time, named as the control, and a reading away from 1.0 marks its precision's gr
 ``noisy machine`` in the report's table, report.md and the bench job's W&B summary."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from in_process import kiln_command
 
 from kiln.experiments.bench.harness import control_noise
 from kiln.experiments.report.cli import build_report
@@ -16,11 +15,9 @@ FAST = ["bench.repeats=3", "bench.warmup=0", "bench.batch_size=2", "bench.memory
 
 
 def _bench(job_dir: Path, overrides: list[str]) -> dict:
-    """One kiln-bench job (the console script) into ``job_dir``; its ``bench.json``."""
-    env = {**os.environ, "WANDB_MODE": "offline", "KILN_LOG_DIR": str(job_dir.parent)}
-    cmd = [str(Path(sys.executable).parent / "kiln-bench"), *FAST, *overrides]
-    cmd.append(f"hydra.run.dir={job_dir}")
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    """One kiln-bench job into ``job_dir`` (in-process); its ``bench.json``."""
+    env = {"WANDB_MODE": "offline", "KILN_LOG_DIR": str(job_dir.parent)}
+    proc = kiln_command("bench", [*FAST, *overrides, f"hydra.run.dir={job_dir}"], env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads((job_dir / "bench.json").read_text())
 

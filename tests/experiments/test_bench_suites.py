@@ -2,14 +2,12 @@
 weights), sweeps that make a model kiln cannot build a row, and the seed's table."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from in_process import kiln_command
 
 from kiln.experiments.bench.schema import register_configs
 from kiln.experiments.bench.suite_lists import (
@@ -23,7 +21,6 @@ from kiln.experiments.config import config_dir
 from kiln.experiments.report.bench import model_rows, suite_rows, summary_rows
 from kiln.experiments.report.cli import build_report
 
-BIN = Path(sys.executable).parent
 CPU = torch.device("cpu")
 LLM_ENTRIES = {name for name in list_batch_sizes("hf") if "/" in name}
 
@@ -113,9 +110,8 @@ def test_bad_suite_model_config_names_what_is_valid():
 def _sweep(tmp_path: Path, sweep: str, archs: str) -> list[dict]:
     """``kiln-bench -m sweep=<sweep> model.arch=<archs>`` as a user runs it (aot_eager)."""
     out = tmp_path / sweep
-    env = {**os.environ, "WANDB_MODE": "offline", "KILN_LOG_DIR": str(tmp_path)}
-    cmd = [
-        str(BIN / "kiln-bench"),
+    env = {"WANDB_MODE": "offline", "KILN_LOG_DIR": str(tmp_path)}
+    args = [
         "-m",
         f"sweep={sweep}",
         f"model.arch={archs}",
@@ -127,7 +123,7 @@ def _sweep(tmp_path: Path, sweep: str, archs: str) -> list[dict]:
         "logger=csv",
         f"hydra.sweep.dir={out}",
     ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    proc = kiln_command("bench", args, env)
     # the sweep finishes every job; it exits 1 because a job errored
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [json.loads(p.read_text()) for p in sorted(out.glob("*/bench.json"))]

@@ -50,7 +50,7 @@ def test_a_model_without_config_says_where_kiln_looked_and_how_to_add_one(tmp_pa
 
 def test_kiln_train_trains_an_installed_plugin_model_without_searchpath(installed, tmp_path):  # noqa: F811
     args = ["model=distilbert-small-cls", "model.num_labels=2", *FAST]
-    proc = run_train(args, tmp_path, env=installed)
+    proc = run_train(args, tmp_path, env=installed, process=True)  # its entry point
     assert proc.returncode == 0, explain(proc)
     record = summary(job_dirs(tmp_path)[0])
     assert (record["status"], record["model"]) == ("ok", "distilbert-small-cls")

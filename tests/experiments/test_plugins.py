@@ -53,7 +53,7 @@ def test_unknown_model_error_says_how_to_register_one():
 @pytest.mark.process
 def test_entry_point_plugin_model_trains_in_two_worker_processes(installed, tmp_path):
     # The spawned workers import nothing of the user's: they must load the entry point.
-    proc = run_train([*IMAGE, "trainer.devices=2"], tmp_path, env=installed)
+    proc = run_train([*IMAGE, "trainer.devices=2"], tmp_path, env=installed, process=True)
     assert proc.returncode == 0, explain(proc)
     (job,) = job_dirs(tmp_path)
     record = summary(job)
@@ -67,7 +67,9 @@ def test_plugins_config_key_loads_a_module_without_entry_point(tmp_path):
     # The package only on the path (no .dist-info): the plugins key names the module.
     env = {"PYTHONPATH": str(PLUGIN_SRC)}
     args = ["model=distilbert-small-cls", SEARCHPATH, *FAST]
-    proc = run_train([*args, "plugins=[kiln_plugin_example.models]"], tmp_path, env=env)
+    proc = run_train(
+        [*args, "plugins=[kiln_plugin_example.models]"], tmp_path, env=env, process=True
+    )
     assert proc.returncode == 0, explain(proc)
     record = summary(job_dirs(tmp_path)[0])
     assert (record["status"], record["model"]) == ("ok", "distilbert-small-cls")
@@ -92,10 +94,10 @@ def plugin_jobs(installed, tmp_path_factory) -> dict[str, Path]:
     in one job. Keys: ``<model>/<precision>``."""
     sweep, text = tmp_path_factory.mktemp("sweep"), tmp_path_factory.mktemp("text")
     args = ["-m", *IMAGE, "trainer.devices=2", "precision=32-true,bf16-mixed", CHECKPOINTS]
-    proc = run_train(args, sweep, env=installed, timeout=1800)
+    proc = run_train(args, sweep, env=installed, timeout=1800, process=True)
     assert proc.returncode == 0, explain(proc)
     args = ["model=distilbert-small-cls", SEARCHPATH, *FAST, CHECKPOINTS]
-    proc = run_train(args, text, env=installed)
+    proc = run_train(args, text, env=installed, process=True)
     assert proc.returncode == 0, explain(proc)
     jobs = job_dirs(sweep) + job_dirs(text)
     return {f"{summary(j)['model']}/{summary(j)['precision']}": j for j in jobs}
@@ -120,13 +122,13 @@ def test_kiln_export_and_eval_on_plugin_models(installed, plugin_jobs, tmp_path,
     for key in ("convnext-digits/32-true", "distilbert-small-cls/32-true"):
         name, job = key.split("/")[0], plugin_jobs[key]
         out = tmp_path / name
-        proc = kiln("export", job, out, env=installed)
+        proc = kiln("export", job, out, env=installed, process=True)
         assert proc.returncode == 0, explain(proc)
         module, _ = load_trained_module(resolve_checkpoint(job))
         cases[name], expected[name] = export_case(module, out)
         # 2 validation batches per rank in training (debug=fast): the same samples
         batches = 2 * summary(job)["devices"]
-        proc = kiln("eval", job, "--limit-batches", batches, env=installed)
+        proc = kiln("eval", job, "--limit-batches", batches, env=installed, process=True)
         assert proc.returncode == 0, explain(proc)
         result = json.loads((job / "eval.json").read_text())
         assert result["wandb"]["run_id"] == summary(job)["wandb"]["run_id"]

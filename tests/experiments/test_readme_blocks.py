@@ -242,44 +242,86 @@ def test_config_group_yaml_blocks_compose(tmp_path, monkeypatch: pytest.MonkeyPa
         )
 
 
-# Runs each block in its own namespace; names the failing ones (README line and error).
+# One interpreter imports what the blocks import, then forks a process per page (a page's
+# blocks share it, as a reader's session would), so each page starts clean without paying
+# the imports again. Each block runs in its own namespace; a page's child writes the failing
+# ones (doc line and error) and its output into its folder and exits 1 if any failed.
 PYTHON_RUNNER = """
-import json, sys, traceback
-failed = []
-for block in json.load(sys.stdin):
-    try:
-        if block["lang"] == "yaml":
-            from hydra.utils import instantiate
-            from omegaconf import OmegaConf
-            instantiate(OmegaConf.create(block["text"]))
-        else:
-            exec(compile(block["text"], block["where"], "exec"), {"__name__": "__readme__"})
-    except Exception:
-        failed.append(block["where"] + "\\n" + traceback.format_exc(limit=-3))
-print("\\n".join(failed))
-sys.exit(1 if failed else 0)
+import json, os, sys, traceback
+import torch, lightning.fabric, transformers, kiln.core, kiln.models  # noqa: F401
+pages = json.load(sys.stdin)
+for folder, blocks in pages.items():
+    pid = os.fork()
+    if pid == 0:
+        os.chdir(folder)
+        log = os.open("output.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        failed = []
+        for block in blocks:
+            try:
+                if block["lang"] == "yaml":
+                    from hydra.utils import instantiate
+                    from omegaconf import OmegaConf
+                    instantiate(OmegaConf.create(block["text"]))
+                else:
+                    exec(compile(block["text"], block["where"], "exec"), {"__name__": "__readme__"})
+            except Exception:
+                failed.append(block["where"] + "\\n" + traceback.format_exc(limit=-3))
+        with open("failed.txt", "w") as out:
+            out.write("\\n".join(failed))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1 if failed else 0)
+    _, status = os.waitpid(pid, 0)
+    with open(os.path.join(folder, "exit_status"), "w") as out:
+        out.write(str(os.waitstatus_to_exitcode(status)))
 """
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(ROOT)) for d in DOCS])
-def test_python_blocks_run(doc, tmp_path):
-    blocks = [
+def _python_blocks(doc) -> list[dict[str, str]]:
+    return [
         {"where": b.where, "lang": b.lang, "text": b.text}
         for b in read_blocks(doc)
         if not b.illustrative
         and (b.lang == "python" or (b.lang == "yaml" and "_target_" in b.text))
     ]
-    if not blocks:
-        pytest.skip(f"{doc.relative_to(ROOT)} has no Python block that runs")
+
+
+@pytest.fixture(scope="module")
+def python_pages(tmp_path_factory) -> dict[str, tuple[int | None, str]]:
+    """Each page's exit status (``None``: it never ended) and what it printed and failed."""
+    root = tmp_path_factory.mktemp("python_blocks")
+    pages = {}
+    for i, doc in enumerate(DOCS):
+        if blocks := _python_blocks(doc):
+            (root / str(i)).mkdir()
+            pages[str(root / str(i))] = blocks
     proc = subprocess.run(
         [sys.executable, "-c", PYTHON_RUNNER],
-        input=json.dumps(blocks),
+        input=json.dumps(pages),
         capture_output=True,
         text=True,
-        timeout=900,
-        cwd=tmp_path,
+        timeout=1800,
     )
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    results = {}
+    for i, doc in enumerate(DOCS):
+        folder = root / str(i)
+        if not (folder / "exit_status").exists():
+            results[str(doc)] = (None, proc.stdout[-3000:] + proc.stderr[-3000:])
+            continue
+        text = (folder / "failed.txt").read_text() if (folder / "failed.txt").exists() else ""
+        output = (folder / "output.log").read_text()
+        results[str(doc)] = (int((folder / "exit_status").read_text()), text + output[-3000:])
+    return results
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(ROOT)) for d in DOCS])
+def test_python_blocks_run(doc, python_pages):
+    if not _python_blocks(doc):
+        pytest.skip(f"{doc.relative_to(ROOT)} has no Python block that runs")
+    status, output = python_pages[str(doc)]
+    assert status == 0, output[-6000:]
 
 
 # A repository path in backticks (`tests/core/test_resume.py`, `data/base.py` in a package's

@@ -65,6 +65,7 @@ def test_a_tiny_strategy_sweep_and_its_report(tmp_path):
         ["-m", "sweep=strategy", *FAST, "trainer.max_steps=3", "trainer.accelerator=cpu"],
         tmp_path,
         timeout=1500,
+        process=True,
     )
     assert proc.returncode == 0, explain(proc)
     dirs = job_dirs(tmp_path)

@@ -33,7 +33,9 @@ TWO_TASKS = [
 
 def test_two_job_sweep_runs_each_job_as_two_slurm_tasks(tmp_path):
     started = time.perf_counter()
-    proc = run_train(["-m", *TWO_TASKS, "precision=32-true,bf16-mixed"], tmp_path, timeout=1500)
+    proc = run_train(
+        ["-m", *TWO_TASKS, "precision=32-true,bf16-mixed"], tmp_path, timeout=1500, process=True
+    )
     elapsed = time.perf_counter() - started
     print(f"2-job SLURM sweep (2 tasks each): {elapsed:.0f}s")
     assert proc.returncode == 0, explain(proc)
@@ -156,7 +158,9 @@ def test_usr2_requeues_the_job_which_resumes_exactly_in_one_wandb_run(tmp_path):
     rows = [r for f in files for r in wandb_files.read_history(f) if "train/loss" in r]
     assert sorted(r["trainer/global_step"] for r in rows) == list(range(1, steps + 1))
     # an uninterrupted run of the same job ends with the same losses, bit for bit
-    plain = run_train([*args, f"hydra.run.dir={tmp_path / 'plain'}"], tmp_path, timeout=900)
+    plain = run_train(
+        [*args, f"hydra.run.dir={tmp_path / 'plain'}"], tmp_path, timeout=900, process=True
+    )
     assert plain.returncode == 0, explain(plain)
     assert record["history"] == summary(tmp_path / "plain")["history"]
     assert record["metrics"] == summary(tmp_path / "plain")["metrics"]

@@ -81,7 +81,9 @@ def two_node_job(log_dir: Path, devices: int) -> tuple[Path, dict[str, Any], flo
     job's directory and record, and how long the sweep took."""
     log_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    proc = run_train(["-m", *TWO_NODES, *JOB, f"trainer.devices={devices}"], log_dir, timeout=1500)
+    proc = run_train(
+        ["-m", *TWO_NODES, *JOB, f"trainer.devices={devices}"], log_dir, timeout=1500, process=True
+    )
     elapsed = time.perf_counter() - started
     assert proc.returncode == 0, explain(proc)
     dirs = job_dirs(log_dir)
@@ -92,7 +94,7 @@ def two_node_job(log_dir: Path, devices: int) -> tuple[Path, dict[str, Any], flo
 def one_node_job(log_dir: Path, devices: int) -> dict[str, Any]:
     """The same job on this machine alone: one node, ``devices`` local worker processes."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    proc = run_train([*JOB, f"trainer.devices={devices}"], log_dir, timeout=1500)
+    proc = run_train([*JOB, f"trainer.devices={devices}"], log_dir, timeout=1500, process=True)
     assert proc.returncode == 0, explain(proc)
     return summary(job_dirs(log_dir)[0])
 

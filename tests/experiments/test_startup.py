@@ -105,7 +105,7 @@ def test_a_finished_job_ends_its_process_without_the_interpreters_teardown(tmp_p
 
     (tmp_path / "exit_probe.py").write_text(EXIT_PROBE)
     env = {"PYTHONPATH": str(tmp_path), "EXIT_PROBE_DIR": str(tmp_path)}
-    proc = run_train([*FAST, "logger=csv", "plugins=[exit_probe]"], tmp_path, env=env)
+    proc = run_train([*FAST, "logger=csv", "plugins=[exit_probe]"], tmp_path, env=env, process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "kiln-train: ok" in proc.stdout, proc.stdout[-2000:]  # stdout flushed
     assert (tmp_path / "atexit").exists()

@@ -22,7 +22,7 @@ COMMAND = ["debug=fast", "trainer.devices=2", "trainer.accelerator=cpu", "traine
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("fsdp")
-    proc = run_train(COMMAND, log_dir, timeout=900)
+    proc = run_train(COMMAND, log_dir, timeout=900, process=True)
     assert proc.returncode == 0, explain(proc)
     return job_dirs(log_dir)[0]
 

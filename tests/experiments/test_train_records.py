@@ -140,7 +140,9 @@ def test_a_second_process_into_a_busy_job_dir_fails_at_once_naming_the_holder(tm
             assert time.monotonic() < deadline, "the first job never trained"
             time.sleep(0.1)
         attempts_before = (job_dir / "attempts.json").read_text()
-        second = run_train([*FAST, f"hydra.run.dir={job_dir}"], tmp_path, 300, env=WIDE)
+        second = run_train(
+            [*FAST, f"hydra.run.dir={job_dir}"], tmp_path, 300, env=WIDE, process=True
+        )
         assert first.poll() is None, "the first job ended before the second one was refused"
         assert second.returncode == 1, explain(second)
         holder = f"job directory {job_dir} is in use: pid {first.pid} on host"

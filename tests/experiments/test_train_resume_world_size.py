@@ -51,7 +51,7 @@ def test_another_global_batch_is_refused_naming_both_world_sizes_and_what_works(
 def test_a_two_device_job_resumes_on_one_device(tmp_path):
     job_dir = tmp_path / "J"
     two = [*FAST, *CKPT, "trainer.devices=2", "trainer.accumulate_grad_batches=1"]
-    proc = run_train([*two, f"hydra.run.dir={job_dir}"], tmp_path, timeout=900)
+    proc = run_train([*two, f"hydra.run.dir={job_dir}"], tmp_path, timeout=900, process=True)
     assert proc.returncode == 0, explain(proc)
     one = [*FAST, *CKPT, "trainer.devices=1", "trainer.accumulate_grad_batches=2"]
     proc = run_train([*one, "trainer.max_steps=8", f"hydra.run.dir={job_dir}"], tmp_path)

@@ -135,6 +135,7 @@ def test_two_worker_processes_per_job_inside_a_multirun(tmp_path):
         ["-m", *FAST, "trainer.max_steps=3", "trainer.devices=2", "precision=32-true,bf16-mixed"],
         tmp_path,
         timeout=900,
+        process=True,
     )
     assert proc.returncode == 0, explain(proc)
     dirs = job_dirs(tmp_path)
@@ -150,7 +151,10 @@ def test_two_worker_processes_per_job_inside_a_multirun(tmp_path):
 @pytest.mark.slow
 def test_submitit_local_launcher_runs_a_two_job_sweep(tmp_path):
     proc = run_train(
-        ["-m", "launcher=local_submitit", *FAST, "compile=none,default"], tmp_path, timeout=900
+        ["-m", "launcher=local_submitit", *FAST, "compile=none,default"],
+        tmp_path,
+        timeout=900,
+        process=True,
     )
     assert proc.returncode == 0, explain(proc)
     dirs = job_dirs(tmp_path)

@@ -80,6 +80,7 @@ def test_submitit_jobs_in_separate_processes_start_from_the_same_weights(tmp_pat
         ],
         tmp_path,
         timeout=900,
+        process=True,
     )
     assert proc.returncode == 0, explain(proc)
     records = [summary(d) for d in job_dirs(tmp_path)]

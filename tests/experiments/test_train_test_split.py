@@ -1,6 +1,6 @@
 """``test_after_fit=true``: after training, the data module's test split runs through the
 model's metrics, into ``summary.json`` and the W&B run; checked against kiln-eval, which
-rebuilds the model and data from the job's checkpoint in a fresh process."""
+rebuilds the model and data from the job's checkpoint."""
 
 from __future__ import annotations
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
+from in_process import kiln_command, user_env  # noqa: F401 (user_env: for the tests)
 from omegaconf import DictConfig
 
 from kiln.experiments.config import config_dir
@@ -26,27 +25,19 @@ def compose_train(overrides: list[str], hydra_config: bool = False) -> DictConfi
         return compose("train", overrides=overrides, return_hydra_config=hydra_config)
 
 
-def user_env() -> dict[str, str]:
-    """This process's environment as a user's shell would hand it to kiln-train: without
-    ``WANDB_SERVICE``, which W&B sets here once a test opened a run in-process (a child that
-    inherits it shares this process's W&B service, and a killed child's run stays in use)."""
-    return {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
-
-
 def run_train(
     args: list[str],
     log_dir: Path,
     timeout: float = 600,
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
+    process: bool = False,
 ) -> subprocess.CompletedProcess:
-    """Run ``kiln-train`` in a fresh interpreter with its outputs below ``log_dir``
-    (``env``: extra environment variables, e.g. a ``PYTHONPATH`` holding a plugin)."""
-    env = {**user_env(), **(env or {}), "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
-    cmd = [sys.executable, "-m", "kiln.experiments.train", *args]
-    return subprocess.run(
-        cmd, env=env, cwd=cwd or log_dir, capture_output=True, text=True, timeout=timeout
-    )
+    """``kiln-train args`` with its outputs below ``log_dir``, run from ``cwd`` (default
+    ``log_dir``): in this process, or with ``process=True`` in a fresh interpreter
+    (``env``: extra environment variables; see :func:`in_process.kiln_command`)."""
+    env = {**(env or {}), "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
+    return kiln_command("train", args, env, cwd or log_dir, process, timeout)
 
 
 def job_dirs(log_dir: Path) -> list[Path]:

@@ -131,6 +131,7 @@ def test_checkpointed_blocks_give_the_same_gradients_on_one_process():
     assert checkpointed["blocks"] == ["Block"] * 4  # unwrapped after the fit
 
 
+@pytest.mark.process  # a 2-rank launch; the FSDP case below keeps 2 ranks in the fast tier
 def test_checkpointed_blocks_give_the_same_gradients_on_two_gloo_ranks():
     for plain, checkpointed in launch(train_both, 2, 2):
         assert_same_grads(checkpointed, plain)

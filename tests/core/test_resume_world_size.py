@@ -135,13 +135,18 @@ def fsdp_on_three(root: Path) -> tuple[dict, dict]:
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory) -> dict:
-    """FSDP runs: uninterrupted and stopped at step 10 on 2 ranks, then on 3 ranks the
-    2-rank checkpoint resumed and a run stopped at step 10."""
+    """FSDP runs on 2 ranks: uninterrupted, and stopped at step 10 (kept twice: the 1-rank
+    and the 3-rank resumes each continue a copy)."""
     root = tmp_path_factory.mktemp("fsdp")
     full, _ = launch(fsdp_on_two, 2, root)[0]
-    shutil.copytree(root / "two", root / "two-to-one")  # the 3-rank resume continues "two"
-    grown = [resumed for resumed, _ in launch(fsdp_on_three, 3, root)]
-    return {"root": root, "full": full, "grown": grown}
+    shutil.copytree(root / "two", root / "two-to-one")
+    return {"root": root, "full": full}
+
+
+@pytest.fixture(scope="module")
+def grown(sharded) -> list[dict]:
+    """On 3 ranks: the 2-rank checkpoint resumed, and a run stopped at step 10."""
+    return [resumed for resumed, _ in launch(fsdp_on_three, 3, sharded["root"])]
 
 
 def max_difference(got: dict, want: dict) -> float:
@@ -163,13 +168,14 @@ def test_a_sharded_checkpoint_of_one_rank_resumes_on_two(tmp_path, sharded) -> N
         assert_same_run(rank, sharded["full"])
 
 
-def test_a_sharded_checkpoint_of_two_ranks_resumes_on_three(sharded) -> None:
+@pytest.mark.process  # a 3-rank launch; 2 -> 1 and 1 -> 2 prove resharding in the fast tier
+def test_a_sharded_checkpoint_of_two_ranks_resumes_on_three(sharded, grown) -> None:
     assert (sharded["root"] / "two" / "ckpt" / f"step-{STEPS:08d}.ckpt").is_dir()  # sharded
-    for rank in sharded["grown"]:
+    for rank in grown:
         assert_same_run(rank, sharded["full"])
 
 
-@pytest.mark.slow  # a third FSDP launch; growing the world is tested in the fast tier
-def test_a_sharded_checkpoint_of_three_ranks_resumes_on_two(sharded) -> None:
+@pytest.mark.slow  # a third FSDP launch; growing the world is tested in make test-all
+def test_a_sharded_checkpoint_of_three_ranks_resumes_on_two(sharded, grown) -> None:
     for rank in launch(fsdp_run, 2, sharded["root"] / "three", 2, STEPS, "auto"):
         assert_same_run(rank, sharded["full"])

@@ -92,7 +92,7 @@ def check(name: str, n: int, accumulate: int, windows: list[int], **trainer_kw) 
     assert logged == pytest.approx(losses, rel=0.0, abs=1e-12)
 
 
-@pytest.mark.parametrize("accumulate", [1, 2, 4, 8])
+@pytest.mark.parametrize("accumulate", [1, 2, 4, pytest.param(8, marks=pytest.mark.slow)])
 def test_causal_lm_window_equals_one_big_batch_in_float64(accumulate: int) -> None:
     check("llama-tiny-lm", 2 * accumulate * 5, accumulate, [2 * accumulate] * 5, max_steps=5)
 

@@ -20,7 +20,7 @@ from typing import Any
 from kiln.core.checkpoint import checkpoint_candidates, load_checkpoint
 from kiln.core.checkpoint_sharded import check_same_layout
 from kiln.core.config import check_global_batch
-from kiln.core.data import dataset_size, epoch_samples, micro_batch_size
+from kiln.core.data import dataset_size, epoch_batcher, epoch_samples, micro_batch_size
 from kiln.core.rundir import CheckpointDirError, DamagedCheckpointError, claim, new_run_id
 from kiln.core.seeding import seed_rank_streams
 from kiln.core.setup import Context
@@ -50,6 +50,7 @@ def _load(ctx: Context, run: RunState) -> dict[str, Any] | None:
     if trainer.resume is None:
         return None
     if trainer.resume == "auto":
+        assert trainer.checkpoint_dir is not None  # TrainerConfig requires it with "auto"
         candidates = checkpoint_candidates(trainer.checkpoint_dir)
     else:
         path = Path(trainer.resume)
@@ -122,7 +123,7 @@ def _say_if_the_epoch_tails_differ(
     ctx: Context, saved: int, saved_batch: int, world: int, batch: int
 ) -> None:
     size = dataset_size(ctx.train_loader)
-    drop_last = ctx.train_loader.batch_sampler.batches.drop_last
+    drop_last: bool = epoch_batcher(ctx.train_loader).batches.drop_last
     if size is None:
         return
     before, now = (

@@ -19,7 +19,7 @@ import time
 import warnings
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -90,8 +90,9 @@ class StepTimer:
         """Read the stopped steps' times and token counts and record them (a host sync)."""
         stopped, self._stopped = self._stopped, []
         counts = [t for _, _, t in stopped if isinstance(t, torch.Tensor)]
-        # one device-to-host copy for all tensor token counts
-        read = iter(torch.stack(counts).tolist() if counts else [])
+        # one device-to-host copy for all tensor token counts (tolist() is typed a bare list)
+        host = cast(list[float], torch.stack(counts).tolist()) if counts else []  # pyright: ignore[reportUnknownMemberType]
+        read = iter(host)
         for timing, samples, tokens in stopped:
             if not isinstance(timing, float):
                 start, end = timing
@@ -304,7 +305,8 @@ class CompileWatch:
         counters, guard-failure log and compilation metrics, so what a run reports does not
         depend on what was compiled before it in the process. On-disk caches are kept.
         """
-        torch._dynamo.reset()  # else a second run reuses the first one's graphs, uncounted
+        # else a second run reuses the first one's graphs, uncounted (no public reset)
+        torch._dynamo.reset()  # pyright: ignore[reportPrivateUsage]
         _graph_break_log().breaks.clear()
         dynamo_utils.counters.clear()
         dynamo_utils.guard_failures.clear()
@@ -365,7 +367,7 @@ class CompileWatch:
                 break
         return [f"{where}: {reason}" for where, reason in reasons.items()]
 
-    def snapshot(self) -> dict[str, float | int | list[str]]:
+    def snapshot(self) -> dict[str, float | int | list[str] | str | None]:
         """Compile figures since :meth:`start`.
 
         Returns:

@@ -65,13 +65,14 @@ class CompileConfig:
 
     def __post_init__(self) -> None:
         _check_choice("compile.mode", self.mode, COMPILE_MODES)
-        if not isinstance(self.backend, str) or not self.backend:
+        # the annotations are not enforced at run time: a config may hold any value
+        if not isinstance(self.backend, str) or not self.backend:  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ValueError(
                 f"compile.backend={self.backend!r} is not valid; name a dynamo backend"
             )
         _check_positive("compile.recompile_warn_threshold", self.recompile_warn_threshold)
         if self.cache_dir is not None and (
-            not isinstance(self.cache_dir, str) or not self.cache_dir
+            not isinstance(self.cache_dir, str) or not self.cache_dir  # pyright: ignore[reportUnnecessaryIsInstance]
         ):
             raise ValueError(
                 f"compile.cache_dir={self.cache_dir!r} is not valid; use a directory path or null"
@@ -81,9 +82,9 @@ class CompileConfig:
     def enabled(self) -> bool:
         return self.mode != "none"
 
-    def torch_compile_kwargs(self) -> dict:
+    def torch_compile_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``torch.compile`` (the inductor mode only applies to inductor)."""
-        kwargs: dict = {
+        kwargs: dict[str, Any] = {
             "backend": self.backend,
             "fullgraph": self.fullgraph,
             "dynamic": self.dynamic,
@@ -211,7 +212,8 @@ class TrainerConfig:
             )
         if self.warmup_steps < 0:
             raise ValueError(f"trainer.warmup_steps={self.warmup_steps!r} must be >= 0")
-        if self.resume is not None and self.resume != "auto" and not isinstance(self.resume, str):
+        resume = self.resume  # any value: the annotation is not enforced at run time
+        if resume is not None and resume != "auto" and not isinstance(resume, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ValueError(
                 f"trainer.resume={self.resume!r}: use null, 'auto' or a checkpoint path"
             )

@@ -67,8 +67,8 @@ state that changes from step to step.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 import torch
 
@@ -86,17 +86,22 @@ def default_count_items(batch: Any) -> int:
 
 def count_items(module: Any, batch: Any) -> int | torch.Tensor:
     """Items in ``batch`` as the module counts them (``count_items`` hook or batch size)."""
-    hook = getattr(module, "count_items", None)
+    hook: Callable[[Any], int | torch.Tensor] | None = getattr(module, "count_items", None)
     return hook(batch) if callable(hook) else default_count_items(batch)
+
+
+def as_dict(value: Any) -> dict[str, Any] | None:
+    """``value`` if it is a dict (what a hook returned), typed for its string keys."""
+    return cast(dict[str, Any], value) if isinstance(value, dict) else None
 
 
 def _first_tensor(obj: Any) -> torch.Tensor | None:
     if isinstance(obj, torch.Tensor):
         return obj
     if isinstance(obj, Mapping):
-        obj = list(obj.values())
+        obj = list(cast(Mapping[Any, Any], obj).values())
     if isinstance(obj, Sequence) and not isinstance(obj, str):
-        for item in obj:
+        for item in cast(Sequence[Any], obj):
             found = _first_tensor(item)
             if found is not None:
                 return found

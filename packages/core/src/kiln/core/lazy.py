@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 import sys
 import types
-from typing import Any
+from typing import Any, cast
 
 
 class LazyPackage(types.ModuleType):
@@ -41,6 +41,7 @@ def lazy_package(name: str, exports: dict[str, str]) -> None:
         name: The package's module name.
         exports: Public name -> the module that defines it.
     """
-    package = sys.modules[name]
-    package.__class__ = LazyPackage
-    package._exports = exports
+    module = sys.modules[name]
+    module.__class__ = LazyPackage
+    package = cast(LazyPackage, module)  # what the line above made it
+    package._exports = exports  # pyright: ignore[reportPrivateUsage]  # this module's class

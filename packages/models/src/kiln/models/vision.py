@@ -49,7 +49,7 @@ class TimmClassifier(ImageClassifier):
         scheduler: SchedulerConfig | None = None,
     ) -> None:
         import timm
-        from timm.data import resolve_data_config
+        from timm.data.config import resolve_data_config
 
         if not timm.is_model(arch):
             raise ValueError(

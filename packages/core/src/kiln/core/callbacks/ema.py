@@ -78,7 +78,8 @@ class EMA:
         """Move the average towards the current weights by ``1 - decay``."""
         shadow = self._require_shadow()
         current = [p.detach().to(s.dtype) for p, s in zip(self._params, shadow, strict=True)]
-        torch._foreach_lerp_(shadow, current, 1.0 - self.decay)
+        # one fused op over all tensors; torch gives it no public name
+        torch._foreach_lerp_(shadow, current, 1.0 - self.decay)  # pyright: ignore[reportPrivateUsage, reportPrivateImportUsage]
 
     @torch.no_grad()
     def on_validation_start(self) -> None:

@@ -22,21 +22,23 @@ import random
 import shutil
 import warnings
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from lightning.fabric import Fabric
-from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
-from lightning.fabric.wrappers import _unwrap_objects
+from lightning.fabric.strategies.ddp import DDPStrategy
+from lightning.fabric.strategies.single_device import SingleDeviceStrategy
+from lightning.fabric.wrappers import _unwrap_objects  # pyright: ignore[reportPrivateUsage]
 from torch._dynamo.eval_frame import OptimizedModule
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.utils.hooks import RemovableHandle
 
-from kiln.core.atomic import TEMP_SUFFIX, fsync_path, replace_synced, write_synced
+from kiln.core.atomic import TEMP_SUFFIX, fsync_path, replace_synced, sha256_of, write_synced
 from kiln.core.checkpoints.paths import check_not_a_plain_directory
 from kiln.core.checkpoints.rundir import (
     CHECKPOINT_NAME,
@@ -46,7 +48,6 @@ from kiln.core.checkpoints.rundir import (
     new_run_id,
     read_run_file,
     recorded_run,
-    sha256_of,
     write_run_file,
 )
 from kiln.core.checkpoints.sharded import (
@@ -64,19 +65,24 @@ _PLAIN_STATE_STRATEGIES = (SingleDeviceStrategy, DDPStrategy)
 
 # -- RNG state ----------------------------------------------------------------------------
 
+# numpy's legacy state of its global MT19937 generator (never the dict form there)
+_NumpyState = tuple[str, np.ndarray[Any, np.dtype[np.uint32]], int, int, float]
 
-def capture_rng_state() -> dict:
+
+def capture_rng_state() -> dict[str, Any]:
     """This process's RNG states: python ``random``, numpy, torch CPU and every CUDA device.
 
     The numpy state is stored as a tensor and plain values so the checkpoint stays loadable
     with ``weights_only=True``.
     """
-    name, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    name, keys, pos, has_gauss, cached_gaussian = cast(
+        _NumpyState, np.random.get_state(legacy=True)
+    )
     state: dict[str, Any] = {
         "python": random.getstate(),
         "numpy": {
             "name": name,
-            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "keys": torch.as_tensor(keys.astype(np.int64)),
             "pos": int(pos),
             "has_gauss": int(has_gauss),
             "cached_gaussian": float(cached_gaussian),
@@ -88,7 +94,7 @@ def capture_rng_state() -> dict:
     return state
 
 
-def restore_rng_state(state: dict) -> None:
+def restore_rng_state(state: dict[str, Any]) -> None:
     """Restore the RNG states captured by :func:`capture_rng_state`.
 
     CUDA states are restored for the devices both the checkpoint and this machine have.
@@ -118,7 +124,7 @@ def restore_rng_state(state: dict) -> None:
             torch.cuda.set_rng_state(cuda_state, device)
 
 
-def _gather_rng_states() -> list[dict]:
+def _gather_rng_states() -> list[dict[str, Any]]:
     """Every rank's RNG state, indexed by global rank (a single entry without a process group)."""
     local = capture_rng_state()
     if not (dist.is_available() and dist.is_initialized()):
@@ -136,18 +142,6 @@ def checkpoint_path(directory: str | Path, step: int) -> Path:
     if step < 0:
         raise ValueError(f"step={step} is not valid; a checkpoint step must be >= 0")
     return Path(directory) / f"step-{step:08d}.ckpt"
-
-
-def _list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
-    """``(step, path)`` of every file named like a checkpoint, oldest first; temp files excluded."""
-    if not directory.is_dir():
-        return []
-    found = []
-    for path in directory.iterdir():
-        match = CHECKPOINT_NAME.match(path.name)
-        if match:
-            found.append((int(match.group(1)), path))
-    return sorted(found)
 
 
 def _is_complete(path: Path) -> bool:
@@ -220,7 +214,9 @@ def _strip_compiled_prefix(key: str) -> str:
     return key.replace(_COMPILED_PREFIX, "")
 
 
-def _strip_compiled_keys(module: torch.nn.Module, state_dict: dict, prefix: str, *_: Any) -> None:
+def _strip_compiled_keys(
+    module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, *_: Any
+) -> None:
     """State-dict post hook: drop ``_orig_mod.`` from the keys, in place, keeping their order."""
     items = list(state_dict.items())
     state_dict.clear()
@@ -231,18 +227,21 @@ def _strip_compiled_keys(module: torch.nn.Module, state_dict: dict, prefix: str,
 
 
 @contextmanager
-def _without_compiled_prefixes(state: dict) -> Iterator[None]:
+def _without_compiled_prefixes(state: dict[str, Any]) -> Generator[None, None, None]:
     """While active, state dicts of the modules in ``state`` have no ``_orig_mod.`` keys.
 
     Fabric already unwraps a compiled module it set up; this covers a bare compiled module
     and compiled submodules (``model.encoder = torch.compile(encoder)``).
     """
-    handles = []
+    handles: list[RemovableHandle] = []
     for obj in _unwrap_objects(state).values():
         if isinstance(obj, torch.nn.Module) and any(
             isinstance(m, OptimizedModule) for m in obj.modules()
         ):
-            handles.append(obj.register_state_dict_post_hook(_strip_compiled_keys))
+            # torch leaves the hook parameter unannotated
+            handles.append(
+                obj.register_state_dict_post_hook(_strip_compiled_keys)  # pyright: ignore[reportUnknownMemberType]
+            )
     try:
         yield
     finally:
@@ -289,7 +288,7 @@ def save_checkpoint(
     fabric: Fabric,
     directory: str | Path,
     step: int,
-    state: dict,
+    state: dict[str, Any],
     keep_last_k: int,
     name: str | None = None,
     run_id: str | None = None,
@@ -345,7 +344,7 @@ def save_checkpoint(
     return final
 
 
-def _write(fabric: Fabric, temp: Path, final: Path, state: dict) -> str | None:
+def _write(fabric: Fabric, temp: Path, final: Path, state: dict[str, Any]) -> str | None:
     """Write ``state`` to ``temp`` (flushed to disk); on a failure, remove what was written
     and return why (rank 0's answer counts)."""
     if not isinstance(fabric.strategy, _PLAIN_STATE_STRATEGIES):
@@ -361,7 +360,8 @@ def _write(fabric: Fabric, temp: Path, final: Path, state: dict) -> str | None:
         return None
     # What fabric.save does for these strategies, but staged in the checkpoint's own
     # directory: Lightning's writer stages in the system temp dir and then copies across.
-    converted = fabric.strategy._convert_stateful_objects_in_state(_unwrap_objects(state), {})
+    convert = fabric.strategy._convert_stateful_objects_in_state  # pyright: ignore[reportPrivateUsage]
+    converted = convert(_unwrap_objects(state), {})
     if not fabric.is_global_zero:
         return None
     buffer = io.BytesIO()
@@ -407,7 +407,9 @@ def _preview(keys: list[str], limit: int = 5) -> str:
     return f"{shown}, ... ({len(keys)} in all)" if len(keys) > limit else shown
 
 
-def _load_module(fabric: Fabric, path: Path, name: str, module: torch.nn.Module, saved: dict):
+def _load_module(
+    fabric: Fabric, path: Path, name: str, module: torch.nn.Module, saved: dict[str, Any]
+) -> None:
     """Load ``saved`` into ``module`` with keys matched up to ``_orig_mod.`` prefixes."""
     # the module's own keys (a compiled submodule keeps its prefix), by prefix-free name
     actual = {_strip_compiled_prefix(k): k for k in fabric.strategy.get_module_state_dict(module)}
@@ -448,7 +450,7 @@ def _unreadable(path: Path, error: BaseException) -> DamagedCheckpointError:
 _UNREADABLE = (pickle.UnpicklingError, EOFError, RuntimeError, ValueError, zipfile.BadZipFile)
 
 
-def _read(path: Path, **kwargs: Any) -> dict:
+def _read(path: Path, **kwargs: Any) -> dict[str, Any]:
     """``torch.load`` of a checkpoint file on the CPU; a damaged file fails naming its path."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True, **kwargs)
@@ -483,12 +485,12 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
         "config": saved.get("config"),
         "global_step": saved.get("global_step"),
         "epoch": saved.get("epoch"),
-        "world_size": saved.get("world_size", len(rng) if isinstance(rng, list) else None),
+        "world_size": saved.get("world_size", len(rng) if isinstance(rng, list) else None),  # pyright: ignore[reportUnknownArgumentType]
         "run_id": saved.get("run_id"),
     }
 
 
-def _load_plain(fabric: Fabric, path: Path, state: dict) -> dict:
+def _load_plain(fabric: Fabric, path: Path, state: dict[str, Any]) -> dict[str, Any]:
     """What ``fabric.load(path, state)`` does, with key checks and prefix handling for modules."""
     checkpoint = _read(path)
     absent = [k for k in state if k not in checkpoint]

@@ -27,7 +27,7 @@ from kiln.core.checkpoints.rundir import (
 from kiln.core.checkpoints.sharded import check_same_layout
 from kiln.core.config import check_global_batch
 from kiln.core.distributed.sharding import is_sharded
-from kiln.core.loop.data import dataset_size, epoch_samples, micro_batch_size
+from kiln.core.loop.data import dataset_size, epoch_batcher, epoch_samples, micro_batch_size
 from kiln.core.loop.seeding import seed_rank_streams
 from kiln.core.state import Context, RunState
 
@@ -54,6 +54,7 @@ def _load(ctx: Context, run: RunState) -> dict[str, Any] | None:
     if trainer.resume is None:
         return None
     if trainer.resume == "auto":
+        assert trainer.checkpoint_dir is not None  # TrainerConfig requires it with "auto"
         candidates = checkpoint_candidates(trainer.checkpoint_dir)
     else:
         path = Path(trainer.resume)
@@ -126,7 +127,7 @@ def _say_if_the_epoch_tails_differ(
     ctx: Context, saved: int, saved_batch: int, world: int, batch: int
 ) -> None:
     size = dataset_size(ctx.train_loader)
-    drop_last = ctx.train_loader.batch_sampler.batches.drop_last
+    drop_last: bool = epoch_batcher(ctx.train_loader).batches.drop_last
     if size is None:
         return
     before, now = (

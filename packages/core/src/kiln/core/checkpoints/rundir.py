@@ -169,7 +169,9 @@ def rebuild_run_file(directory: str | Path) -> RunFile:
     found = sorted(
         (int(m.group(1)), p) for p in directory.iterdir() if (m := CHECKPOINT_NAME.match(p.name))
     )
-    verified, refused, runs = {}, [], set()
+    verified: dict[str, str] = {}
+    refused: list[str] = []
+    runs: set[str] = set()
     for _, path in found:
         run_id, problem = _verified_run_id(path)
         if run_id is None:

@@ -15,11 +15,12 @@ import signal
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
-from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+from lightning.fabric.plugins.environments.slurm import SLURMEnvironment
+from lightning.fabric.plugins.environments.torchelastic import TorchElasticEnvironment
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -89,7 +90,7 @@ _ELASTIC_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT
 
 
 @contextmanager
-def _main_not_reimported(fn: Callable[..., Any]) -> Iterator[None]:
+def _main_not_reimported(fn: Callable[..., Any]) -> Generator[None, None, None]:
     """Keep spawned workers from re-running the ``__main__`` script.
 
     ``multiprocessing``'s spawn imports the parent's main module in every child (as
@@ -113,7 +114,7 @@ def _main_not_reimported(fn: Callable[..., Any]) -> Iterator[None]:
 
 
 @contextmanager
-def _worker_threads(nprocs: int) -> Iterator[None]:
+def _worker_threads(nprocs: int) -> Generator[None, None, None]:
     """Give each worker an equal share of the CPU cores, as torchrun does.
 
     Workers inherit the parent's environment when they are spawned; without a limit each
@@ -133,8 +134,9 @@ def _describe_failure(error: ChildFailedError) -> str:
     rank, failure = error.get_first_failure()
     message = failure.message
     if isinstance(message, dict):  # the error file written by @record: message and traceback
-        text = message.get("message", "")
-        trace = message.get("extraInfo", {}).get("py_callstack", "")
+        record = cast(dict[str, Any], message)
+        text: str = record.get("message", "")
+        trace: str = record.get("extraInfo", {}).get("py_callstack", "")
         message = f"{trace}\n{text}" if trace and text not in trace else trace or text
     if not message:
         message = f"exit code {failure.exitcode} (no error recorded: killed, or crashed in C++?)"
@@ -188,7 +190,7 @@ def _stopped_results(results_dir: str, nprocs: int) -> list[Any] | None:
     paths = [os.path.join(results_dir, f"rank-{rank}.pkl") for rank in range(nprocs)]
     if not all(os.path.exists(path) for path in paths):
         return None
-    results = []
+    results: list[Any] = []
     for path in paths:
         with open(path, "rb") as f:
             results.append(pickle.load(f))
@@ -245,7 +247,8 @@ def launch(fn: Callable[..., Any], nprocs: int, *args: Any) -> list[Any]:
         SignalException: torch's: this process got a signal that no worker's ``fit`` could
             turn into a stop (it came before or after the step loop).
     """
-    if not isinstance(nprocs, int) or nprocs < 1:
+    # any value may come in: the annotation is not enforced at run time
+    if not isinstance(nprocs, int) or nprocs < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
         raise ValueError(f"nprocs={nprocs!r} is not valid; it must be an integer >= 1")
     if nprocs == 1 or launched_externally():
         return [fn(*args)]

@@ -22,7 +22,7 @@ so dropout draws the same mask): gradients equal those without checkpointing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,7 +30,7 @@ from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
     CheckpointImpl,
     CheckpointWrapper,
-    checkpoint_wrapper,
+    checkpoint_wrapper,  # pyright: ignore[reportUnknownVariableType]  # checkpoint_fn unannotated
 )
 from torch.distributed.fsdp import FSDPModule
 
@@ -40,7 +40,7 @@ HOOK = "set_activation_checkpointing"
 
 
 @contextmanager
-def activation_checkpointing(module: nn.Module, enabled: bool) -> Iterator[str | None]:
+def activation_checkpointing(module: nn.Module, enabled: bool) -> Generator[str | None, None, None]:
     """For the duration of a fit: ``module`` with activation checkpointing on, if ``enabled``.
 
     Yields:
@@ -87,7 +87,7 @@ def activation_checkpointing(module: nn.Module, enabled: bool) -> Iterator[str |
 def _block_slots(module: nn.Module) -> list[tuple[Any, int, nn.Module]]:
     """``(container, index, block)`` of every repeated block of ``module``."""
     wanted = {id(block) for block in repeated_blocks(module)}
-    slots = []
+    slots: list[tuple[Any, int, nn.Module]] = []
     for child in module.modules():
         if isinstance(child, nn.ModuleList | nn.Sequential):
             slots.extend((child, i, b) for i, b in enumerate(child) if id(b) in wanted)

@@ -18,11 +18,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-import torch
 from torch import nn
 
 from kiln.core.config import CompileConfig
@@ -32,7 +31,7 @@ _TRACE_ENV = "TORCH_TRACE"
 
 
 @contextmanager
-def structured_trace(directory: str | os.PathLike[str]) -> Iterator[None]:
+def structured_trace(directory: str | os.PathLike[str]) -> Generator[None, None, None]:
     """Write torch's structured compile trace into ``directory`` while the block runs.
 
     What ``TORCH_TRACE=<directory>`` does for a whole process, for this block: this process
@@ -67,7 +66,7 @@ def repeated_blocks(module: nn.Module) -> list[nn.Module]:
     graph already holds it.
     """
     blocks: list[nn.Module] = []
-    for _, child in module.named_modules():
+    for child in module.modules():
         if not isinstance(child, nn.ModuleList | nn.Sequential) or len(child) < 2:
             continue
         if len({type(block) for block in child}) != 1 or not any(child[0].children()):
@@ -79,7 +78,9 @@ def repeated_blocks(module: nn.Module) -> list[nn.Module]:
 
 
 @contextmanager
-def compile_scope(module: nn.Module, config: CompileConfig) -> Iterator[list[nn.Module]]:
+def compile_scope(
+    module: nn.Module, config: CompileConfig
+) -> Generator[list[nn.Module], None, None]:
     """For the duration of a fit: inductor's caches as configured, regional blocks compiled.
 
     Yields:
@@ -101,26 +102,32 @@ def compile_scope(module: nn.Module, config: CompileConfig) -> Iterator[list[nn.
                 )
             stack.callback(_uncompile, blocks)
             for block in blocks:
-                block.compile(**config.torch_compile_kwargs())
+                # torch leaves Module.compile's arguments unannotated
+                block.compile(**config.torch_compile_kwargs())  # pyright: ignore[reportUnknownMemberType]
         yield blocks
 
 
 def _uncompile(blocks: list[nn.Module]) -> None:
     # what Module.compile sets; the module is eager again after the fit
     for block in blocks:
-        block._compiled_call_impl = None
+        block._compiled_call_impl = None  # pyright: ignore[reportPrivateUsage]
 
 
 @contextmanager
-def _disk_caches(directory: str) -> Iterator[None]:
+def _disk_caches(directory: str) -> Generator[None, None, None]:
     """FX graph and AOTAutograd caches on, in ``directory``; the previous settings after."""
+    # private modules, but where torch keeps these switches (no public API has them)
+    import torch._functorch.config as functorch_config  # pyright: ignore[reportPrivateUsage]
+    import torch._inductor.config as inductor_config  # pyright: ignore[reportPrivateUsage]
+
     os.makedirs(directory, exist_ok=True)
     previous = os.environ.get(_CACHE_ENV)
     os.environ[_CACHE_ENV] = os.path.abspath(directory)
     try:
         with (
-            torch._inductor.config.patch(fx_graph_cache=True),
-            torch._functorch.config.patch(enable_autograd_cache=True),
+            # (patch's **kwargs are unannotated)
+            inductor_config.patch(fx_graph_cache=True),  # pyright: ignore[reportUnknownMemberType]
+            functorch_config.patch(enable_autograd_cache=True),  # pyright: ignore[reportUnknownMemberType]
         ):
             yield
     finally:
@@ -139,14 +146,13 @@ def cache_figures(counters: Any) -> dict[str, int | str | None]:
         or ``None`` when nothing was looked up (eager, or caches off).
     """
     inductor, aot = counters["inductor"], counters["aot_autograd"]
-    figures: dict[str, int | str | None] = {
+    counts = {
         "fx_graph_cache_hits": int(inductor["fxgraph_cache_hit"]),
         "fx_graph_cache_misses": int(inductor["fxgraph_cache_miss"]),
         "aot_autograd_cache_hits": int(aot["autograd_cache_hit"]),
         "aot_autograd_cache_misses": int(aot["autograd_cache_miss"]),
     }
-    hits = figures["fx_graph_cache_hits"] + figures["aot_autograd_cache_hits"]
-    misses = figures["fx_graph_cache_misses"] + figures["aot_autograd_cache_misses"]
+    hits = counts["fx_graph_cache_hits"] + counts["aot_autograd_cache_hits"]
+    misses = counts["fx_graph_cache_misses"] + counts["aot_autograd_cache_misses"]
     state = "partial" if hits and misses else "warm" if hits else "cold" if misses else None
-    figures["compile_cache"] = state
-    return figures
+    return {**counts, "compile_cache": state}

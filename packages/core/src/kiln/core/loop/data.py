@@ -18,10 +18,14 @@ import math
 import warnings
 from collections.abc import Iterator
 from itertools import islice
-from typing import Any
+from typing import Any, cast
 
 import torch
 from lightning.fabric import Fabric
+from lightning.fabric.wrappers import (
+    _FabricDataLoader,  # pyright: ignore[reportPrivateUsage]
+    _unwrap_objects,  # pyright: ignore[reportPrivateUsage]
+)
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
@@ -50,7 +54,7 @@ class EpochBatches(Sampler[list[int]]):
     def start(self, epoch: int, skip: int = 0) -> None:
         """Point the next iteration at ``epoch``, leaving out its first ``skip`` batches."""
         for sampler in (self.batches, getattr(self.batches, "sampler", None)):
-            if hasattr(sampler, "set_epoch"):
+            if sampler is not None and hasattr(sampler, "set_epoch"):
                 sampler.set_epoch(epoch)
         self._skip = skip
 
@@ -79,25 +83,33 @@ def training_loader(loader: DataLoader[Any], fabric: Fabric, seed: int) -> DataL
             "resume is exact only if it orders batches by (seed, epoch) via set_epoch()",
             stacklevel=2,
         )
-        batches = fabric.setup_dataloaders(loader, move_to_device=False)._dataloader.batch_sampler
+        # one loader in, one wrapper out; it keeps the loader Fabric rebuilt with its sampler
+        # (Fabric and torch annotate these with bare generics)
+        wrapped = cast(
+            _FabricDataLoader,
+            fabric.setup_dataloaders(loader, move_to_device=False),  # pyright: ignore[reportUnknownMemberType]
+        )
+        inner: DataLoader[Any] = _unwrap_objects(wrapped)
+        batches = cast(Sampler[list[int]], inner.batch_sampler)  # pyright: ignore[reportUnknownMemberType]
     else:
-        sampler = DistributedSampler(
+        sampler: DistributedSampler[int] = DistributedSampler(
             loader.dataset,
             num_replicas=fabric.world_size,
             rank=fabric.global_rank,
-            shuffle=isinstance(loader.sampler, RandomSampler),
+            shuffle=isinstance(loader.sampler, RandomSampler),  # pyright: ignore[reportUnknownMemberType]
             seed=seed,
         )
         batches = BatchSampler(sampler, loader.batch_size, loader.drop_last)
+    # torch annotates collate_fn and multiprocessing_context with bare generics (Unknown)
     return DataLoader(
         loader.dataset,
         batch_sampler=EpochBatches(batches),
         num_workers=loader.num_workers,
-        collate_fn=loader.collate_fn,
+        collate_fn=loader.collate_fn,  # pyright: ignore[reportUnknownMemberType]
         pin_memory=loader.pin_memory,
         timeout=loader.timeout,
         worker_init_fn=loader.worker_init_fn,
-        multiprocessing_context=loader.multiprocessing_context,
+        multiprocessing_context=loader.multiprocessing_context,  # pyright: ignore[reportUnknownMemberType]
         prefetch_factor=loader.prefetch_factor,
         persistent_workers=False,
         # Worker seeds come from this generator, reseeded every epoch (see epoch_batches).
@@ -105,10 +117,15 @@ def training_loader(loader: DataLoader[Any], fabric: Fabric, seed: int) -> DataL
     )
 
 
-def micro_batch_size(loader: DataLoader) -> int | None:
+def epoch_batcher(loader: DataLoader[Any]) -> EpochBatches:
+    """The :class:`EpochBatches` of a loader built by :func:`training_loader`."""
+    return cast(EpochBatches, loader.batch_sampler)
+
+
+def micro_batch_size(loader: DataLoader[Any]) -> int | None:
     """The per-rank micro-batch size of a loader built by :func:`training_loader`, or
     ``None`` for the user's own batch sampler (whose order kiln cannot vouch for)."""
-    batches = loader.batch_sampler.batches
+    batches = epoch_batcher(loader).batches
     if isinstance(batches, BatchSampler) and isinstance(batches.sampler, DistributedSampler):
         return batches.batch_size
     return None
@@ -125,7 +142,7 @@ def epoch_samples(dataset_size: int, batch_size: int, world_size: int, drop_last
 
 
 def epoch_batches(
-    fabric: Fabric, loader: DataLoader, seed: int, epoch: int, skip: int = 0
+    fabric: Fabric, loader: DataLoader[Any], seed: int, epoch: int, skip: int = 0
 ) -> Iterator[Any]:
     """The batches of ``epoch`` (after its first ``skip``), on the host: the step moves each
     micro-batch to the device just before its forward, so memory does not grow with
@@ -138,17 +155,18 @@ def epoch_batches(
         epoch: The epoch whose order to use.
         skip: Batches of the epoch already trained on; never loaded.
     """
-    loader.batch_sampler.start(epoch, skip)
-    if loader.generator is not None:
-        loader.generator.manual_seed(seed * 100_003 + epoch)
+    epoch_batcher(loader).start(epoch, skip)
+    generator = cast(torch.Generator | None, loader.generator)  # torch leaves it unannotated
+    if generator is not None:
+        generator.manual_seed(seed * 100_003 + epoch)
     return iter(loader)
 
 
-def dataset_size(loader: DataLoader) -> int | None:
+def dataset_size(loader: DataLoader[Any]) -> int | None:
     """Number of samples in the loader's dataset, if it has a length."""
-    inner = getattr(loader, "_dataloader", loader)
+    inner: DataLoader[Any] = getattr(loader, "_dataloader", loader)
     try:
-        return len(inner.dataset)
+        return len(inner.dataset)  # pyright: ignore[reportArgumentType]  # TypeError if unsized
     except TypeError:
         return None
 
@@ -161,6 +179,7 @@ def gather_in_order(fabric: Fabric, tensor: torch.Tensor, size: int | None) -> t
     ranks' rows restores the order; cutting at the dataset size drops the repeats.
     """
     if fabric.world_size > 1:
-        gathered = fabric.all_gather(tensor)  # (R, N, ...)
+        # (R, N, ...): a tensor in, a tensor out (Fabric annotates it for any collection)
+        gathered = cast(torch.Tensor, fabric.all_gather(tensor))  # pyright: ignore[reportUnknownMemberType]
         tensor = gathered.transpose(0, 1).reshape(-1, *tensor.shape[1:])
     return tensor if size is None else tensor[:size]

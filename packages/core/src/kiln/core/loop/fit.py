@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import islice
 from typing import Any
@@ -198,7 +198,7 @@ def finish(ctx: Context, run: RunState) -> FitResult:
 @contextmanager
 def _prepared(
     module: L.LightningModule, trainer: TrainerConfig, compile_config: CompileConfig
-) -> Iterator[tuple[str | None, list[Any]]]:
+) -> Generator[tuple[str | None, list[Any]], None, None]:
     """The module as it trains, for the fit: torchtitan's order, activation checkpointing
     then compile (sharding follows, in ``setup``). Yields how it was checkpointed and the
     blocks compiled in place."""
@@ -210,7 +210,7 @@ def _prepared(
 
 
 @contextmanager
-def _deterministic_algorithms(enabled: bool) -> Iterator[None]:
+def _deterministic_algorithms(enabled: bool) -> Generator[None, None, None]:
     # A global switch: restored afterwards, so one job of a sweep cannot leak it to the next.
     was_enabled = torch.are_deterministic_algorithms_enabled()
     if enabled:
@@ -223,7 +223,7 @@ def _deterministic_algorithms(enabled: bool) -> Iterator[None]:
 
 
 @contextmanager
-def _result_on_error(run: RunState) -> Iterator[None]:
+def _result_on_error(run: RunState) -> Generator[None, None, None]:
     """Attach the run's progress to any exception leaving ``fit`` (``error.kiln_result``)."""
     try:
         yield

@@ -11,14 +11,14 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from kiln.core.checkpoints.checkpoint import save_checkpoint
 from kiln.core.errors import NonFiniteLossError, check_finite_weights, check_window_total
 from kiln.core.loop.data import micro_batch_size
-from kiln.core.loop.step import StepOutput, as_count_tensor, window_loss_sums
+from kiln.core.loop.step import StepOutput, all_reduce_sum, as_count_tensor, window_loss_sums
 from kiln.core.loop.stop import requested_signal
 from kiln.core.loop.validation import validate
 from kiln.core.state import Context, RunState
@@ -133,9 +133,14 @@ class LogValidateCheckpoint:
             "accumulate_grad_batches": ctx.trainer.accumulate_grad_batches,
             "micro_batch_size": micro_batch_size(ctx.train_loader),
         }
+        directory = ctx.trainer.checkpoint_dir if path is None else path.parent
+        if directory is None:
+            raise ValueError(
+                "no checkpoint to save: trainer.checkpoint_dir is None and no path given"
+            )
         saved = save_checkpoint(
             ctx.fabric,
-            ctx.trainer.checkpoint_dir if path is None else path.parent,
+            directory,
             run.global_step,
             state,
             keep_last_k=ctx.trainer.keep_last_k,
@@ -158,14 +163,16 @@ class LogValidateCheckpoint:
         pending, self._pending = self._pending, []
         sums = window_loss_sums(pending, fabric.device)
         if fabric.world_size > 1:
-            sums = fabric.all_reduce(sums, reduce_op="sum")
-        totals = [p.total for p in pending]
-        if all(isinstance(t, int) for t in totals):  # host integers: one small copy
-            totals = torch.tensor(totals, dtype=sums.dtype, device=sums.device)
+            sums = all_reduce_sum(fabric, sums)
+        counts = [p.total for p in pending]
+        if all(isinstance(t, int) for t in counts):  # host integers: one small copy
+            totals = torch.tensor(counts, dtype=sums.dtype, device=sums.device)
         else:
-            totals = torch.stack([as_count_tensor(t, sums.device) for t in totals])
-        losses = (sums / totals).tolist()
-        for p, total in zip(pending, totals.tolist(), strict=True):
+            totals = torch.stack([as_count_tensor(t, sums.device) for t in counts])
+        # torch annotates tolist() as a bare list
+        losses = cast(list[float], (sums / totals).tolist())  # pyright: ignore[reportUnknownMemberType]
+        host_totals = cast(list[float], totals.tolist())  # pyright: ignore[reportUnknownMemberType]
+        for p, total in zip(pending, host_totals, strict=True):
             check_window_total(int(total), p.step)  # before the NaN that 0/0 makes is reported
         self.ctx.timer.sync()
         for p, value in zip(pending, losses, strict=True):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
+
+from kiln.core.contract import as_dict
 
 # Lightning's scheduler-dict keys that kiln honours as they are (the rest are rejected)
 _SUPPORTED = {"interval": "step", "frequency": 1}
@@ -26,13 +28,13 @@ def unpack_optimizers(configured: Any) -> tuple[torch.optim.Optimizer, Any]:
     """
     if isinstance(configured, torch.optim.Optimizer):
         return configured, None
-    if isinstance(configured, dict) and isinstance(
-        configured.get("optimizer"), torch.optim.Optimizer
-    ):
-        scheduler = configured.get("lr_scheduler")
+    config = as_dict(configured) or {}
+    optimizer = config.get("optimizer")
+    if isinstance(optimizer, torch.optim.Optimizer):
+        scheduler = config.get("lr_scheduler")
         if isinstance(scheduler, dict):
-            scheduler = _scheduler_from_dict(scheduler)
-        return configured["optimizer"], scheduler
+            scheduler = _scheduler_from_dict(cast(dict[str, Any], scheduler))  # a hook's dict
+        return optimizer, scheduler
     raise TypeError(
         "configure_optimizers() must return an optimizer or "
         f"{{'optimizer': opt, 'lr_scheduler': sched}}, got {type(configured).__name__}"

@@ -12,7 +12,11 @@ from typing import Any
 
 import torch
 from lightning.fabric.plugins.precision import DoublePrecision, Precision
-from lightning.fabric.utilities.apply_func import apply_to_collection
+
+# lightning re-exports lightning_utilities' function, whose `function` is a bare Callable
+from lightning.fabric.utilities.apply_func import (
+    apply_to_collection,  # pyright: ignore[reportPrivateImportUsage, reportUnknownVariableType]
+)
 
 
 def _promote(tensor: torch.Tensor) -> torch.Tensor:
@@ -53,6 +57,6 @@ def call_under_precision(precision: Precision, fn: Callable[..., Any], *args: An
     if type(precision) is Precision:
         return fn(*args)
     args = precision.convert_input(args)
-    with precision.forward_context():
+    with precision.forward_context():  # pyright: ignore[reportUnknownMemberType]  # bare type
         out = fn(*args)
     return precision.convert_output(out)

@@ -29,7 +29,7 @@ def seed_rank_streams(seed: int, rank: int) -> None:
     value = rank_seed(seed, rank)
     random.seed(value)
     np.random.seed(value % 2**32)  # numpy takes 32-bit seeds
-    torch.manual_seed(value)
+    torch.manual_seed(value)  # pyright: ignore[reportUnknownMemberType]  # seed unannotated
 
 
 def weights_hash(module: torch.nn.Module) -> str:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import lightning as L
 import torch
 from lightning.fabric.plugins import ClusterEnvironment, Precision
-from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
+from lightning.fabric.strategies.ddp import DDPStrategy
+from lightning.fabric.strategies.single_device import SingleDeviceStrategy
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader
 
@@ -37,6 +38,11 @@ from kiln.core.state import Context
 from kiln.core.telemetry.compile_watch import CompileWatch
 from kiln.core.telemetry.memory import reset_peak_memory
 from kiln.core.telemetry.step_timer import StepTimer
+
+if TYPE_CHECKING:
+    from lightning.fabric.plugins.precision.precision import (
+        _PRECISION_INPUT,  # pyright: ignore[reportPrivateUsage]
+    )
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +70,9 @@ def setup(
     val_loader = _val_loader(module, fabric)
     total_steps = _total_steps(trainer, len(train_loader))
     _say_if_every_window_is_partial(fabric, trainer, len(train_loader))
-    module.total_steps = total_steps  # for warm-up/decay schedules, read in configure_optimizers
+    # for warm-up/decay schedules, read in configure_optimizers (nn.Module types __setattr__
+    # for tensors and modules only)
+    module.total_steps = total_steps  # pyright: ignore[reportArgumentType]
 
     watch = CompileWatch(compile_config.recompile_warn_threshold)
     watch.start()
@@ -127,7 +135,8 @@ def build_fabric(
         devices=trainer.devices,
         num_nodes=trainer.num_nodes,
         strategy=select_strategy(trainer),
-        precision=None if has_precision else trainer.precision,
+        # a string TrainerConfig checked, for Fabric to check against its own list
+        precision=None if has_precision else cast("_PRECISION_INPUT", trainer.precision),
         plugins=plugins or None,
         loggers=list(loggers or []),
         callbacks=callbacks,
@@ -212,13 +221,17 @@ def _compiled(module: L.LightningModule, compile_config: CompileConfig) -> Any:
 def _val_loader(module: L.LightningModule, fabric: L.Fabric) -> DataLoader[Any] | None:
     # Validation is optional: LightningModule's own val_dataloader raises (a
     # MisconfigurationException), so only a hook the module defines is called.
-    if isinstance(module, L.LightningModule) and not is_overridden(
+    # fit takes any module that follows the contract, not only LightningModules
+    if isinstance(module, L.LightningModule) and not is_overridden(  # pyright: ignore[reportUnnecessaryIsInstance]
         "val_dataloader", module, L.LightningModule
     ):
         return None
-    hook = getattr(module, "val_dataloader", None)
+    hook: Callable[[], DataLoader[Any]] | None = getattr(module, "val_dataloader", None)
     try:
         loader = hook() if callable(hook) else None
     except NotImplementedError:
         return None
-    return cast(DataLoader[Any], fabric.setup_dataloaders(loader)) if loader is not None else None
+    if loader is None:
+        return None
+    # one loader in, one out (Fabric annotates it with bare generics)
+    return cast(DataLoader[Any], fabric.setup_dataloaders(loader))  # pyright: ignore[reportUnknownMemberType]

@@ -8,14 +8,14 @@ of them. Item counts are exact: host integers on the one-process path, float64 t
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import torch
 
-from kiln.core.contract import default_count_items
+from kiln.core.contract import as_dict, count_items, default_count_items
 from kiln.core.errors import NonFiniteGradientError, check_window_total
 from kiln.core.loop.precision import call_under_precision
 from kiln.core.state import Context, RunState
@@ -83,12 +83,21 @@ def train_window(
     total = _window_total(fabric, counts)
     # even on the CPU: a batch type's own .to() may do more than move tensors
     step_fn, precision, to_device = ctx.training_step, fabric.strategy.precision, fabric.to_device
-    last, losses, items = len(window) - 1, [], []
-    upcoming = to_device(window[0])
+    last = len(window) - 1
+    losses: list[torch.Tensor] = []
+    items: list[Any] = []
+    out: Any = None  # the window has at least one micro-batch
+    # as object: Any would match all three overloads of to_device, whose results differ
+    upcoming = to_device(cast(object, window[0]))
     for j in range(len(window)):
-        batch, upcoming = upcoming, to_device(window[j + 1]) if j < last else None
+        batch, upcoming = upcoming, to_device(cast(object, window[j + 1])) if j < last else None
         # Gradients are all-reduced once per window, on its last micro-batch.
-        no_sync = fabric.no_backward_sync(model, enabled=True) if j < last else nullcontext()
+        # (Fabric annotates no_backward_sync with a bare AbstractContextManager)
+        no_sync = (
+            cast("AbstractContextManager[None]", fabric.no_backward_sync(model, enabled=True))  # pyright: ignore[reportUnknownMemberType]
+            if j < last
+            else nullcontext()
+        )
         with no_sync:
             out = call_under_precision(precision, step_fn, batch, first_batch_idx + j)
             del batch  # the graph holds what backward needs; the batch itself can go
@@ -115,7 +124,7 @@ def _host_counts(ctx: Context, window: list[Any]) -> tuple[list[int | torch.Tens
     samples = [default_count_items(b) for b in window]
     if not ctx.has_count_hook:
         return list(samples), sum(samples)
-    counts = [ctx.module.count_items(b) for b in window]
+    counts = [count_items(ctx.module, b) for b in window]
     counts = [
         int(c) if isinstance(c, torch.Tensor) and c.device.type == "cpu" else c for c in counts
     ]
@@ -128,8 +137,14 @@ def _window_total(fabric: L.Fabric, counts: list[int | torch.Tensor]) -> int | t
         return sum(counts)  # host integers: no device work on the common one-process path
     total = torch.stack([as_count_tensor(c, fabric.device) for c in counts]).sum()
     if fabric.world_size > 1:
-        total = fabric.all_reduce(total, reduce_op="sum")
+        total = all_reduce_sum(fabric, total)
     return total
+
+
+def all_reduce_sum(fabric: L.Fabric, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` summed over all ranks: ``fabric.all_reduce``, typed for a tensor (Fabric
+    annotates it for any collection, with bare generics)."""
+    return cast(torch.Tensor, fabric.all_reduce(tensor, reduce_op="sum"))  # pyright: ignore[reportUnknownMemberType]
 
 
 def _weighted(loss: torch.Tensor, n: Any, world: int, total: Any) -> torch.Tensor:
@@ -203,13 +218,14 @@ def _grad_norm(optimizer: Any) -> float:
 
 
 def _unpack_step(out: Any) -> tuple[torch.Tensor, Any]:
-    if not isinstance(out, dict) or "loss" not in out or "num_items" not in out:
+    step_out = as_dict(out)
+    if step_out is None or "loss" not in step_out or "num_items" not in step_out:
         raise TypeError(
             "training_step must return {'loss': mean loss, 'num_items': items it averaged "
             f"over}}, got {type(out).__name__}"
-            + (f" with keys {sorted(out)}" if isinstance(out, dict) else "")
+            + (f" with keys {sorted(step_out)}" if step_out is not None else "")
         )
-    return out["loss"], out["num_items"]
+    return step_out["loss"], step_out["num_items"]
 
 
 def _check_counts(reported: Any, counted: Any) -> None:

@@ -20,9 +20,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -71,7 +71,7 @@ def requested_signal() -> int:
 
 
 @contextmanager
-def listening() -> Iterator[None]:
+def listening() -> Generator[None, None, None]:
     """The loop's step phase: a stop request is honoured at the next boundary (``fit``)."""
     _REQUEST.signum, _REQUEST.listening = 0, True
     try:
@@ -89,7 +89,7 @@ def _call_previous(previous: Any, signum: int, frame: Any) -> None:
 
 
 @contextmanager
-def signal_handlers_restored(signals: Iterable[int]) -> Iterator[dict[int, Any]]:
+def signal_handlers_restored(signals: Iterable[int]) -> Generator[dict[int, Any], None, None]:
     """Put the handlers of ``signals`` back on exit; yields them (``{signum: handler}``).
     Only the main thread can set handlers: elsewhere yields ``{}`` and restores nothing."""
     if threading.current_thread() is not threading.main_thread():
@@ -104,7 +104,7 @@ def signal_handlers_restored(signals: Iterable[int]) -> Iterator[dict[int, Any]]
 
 
 @contextmanager
-def stop_on_signals(signals: Iterable[int] = STOP_SIGNALS) -> Iterator[None]:
+def stop_on_signals(signals: Iterable[int] = STOP_SIGNALS) -> Generator[None, None, None]:
     """Turn ``signals`` into a stop at the next step boundary while inside (main thread only;
     elsewhere a no-op). Handlers installed before are restored on exit and get any signal
     the loop does not take (see the module doc)."""
@@ -140,9 +140,12 @@ class StopPoll:
 
     def __init__(self, fabric: Any) -> None:
         self.distributed = fabric.world_size > 1 and torch.distributed.is_initialized()
-        self.group = None
+        self.group: torch.distributed.ProcessGroup | None = None
         if self.distributed and torch.distributed.get_backend() != "gloo":
-            self.group = torch.distributed.new_group(backend="gloo")  # collective, every rank
+            # collective, every rank a member (so a group, never the non-member int)
+            self.group = cast(
+                torch.distributed.ProcessGroup, torch.distributed.new_group(backend="gloo")
+            )
         self._flag = torch.zeros(1, dtype=torch.int32)
 
     def __call__(self) -> int:

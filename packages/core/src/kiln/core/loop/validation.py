@@ -4,6 +4,8 @@ across ranks, and turn them into ``val/`` metrics, leaving training's random str
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
@@ -26,7 +28,9 @@ def validate(ctx: Context, step: int) -> dict[str, float] | None:
     restore_rng_state(rng)
     size = dataset_size(ctx.val_loader)
     gathered = {k: gather_in_order(fabric, torch.cat(v), size) for k, v in outputs.items()}
-    compute = getattr(module, "validation_metrics", None)
+    compute: Callable[[dict[str, torch.Tensor]], Mapping[str, Any]] | None = getattr(
+        module, "validation_metrics", None
+    )
     if callable(compute):
         metrics = compute(gathered)
     elif "loss" in gathered:

@@ -135,7 +135,8 @@ class CompileWatch:
         counters, guard-failure log and compilation metrics, so what a run reports does not
         depend on what was compiled before it in the process. On-disk caches are kept.
         """
-        torch._dynamo.reset()  # else a second run reuses the first one's graphs, uncounted
+        # else a second run reuses the first one's graphs, uncounted (no public reset)
+        torch._dynamo.reset()  # pyright: ignore[reportPrivateUsage]
         _graph_break_log().breaks.clear()
         dynamo_utils.counters.clear()
         dynamo_utils.guard_failures.clear()
@@ -196,7 +197,7 @@ class CompileWatch:
                 break
         return [f"{where}: {reason}" for where, reason in reasons.items()]
 
-    def snapshot(self) -> dict[str, float | int | list[str]]:
+    def snapshot(self) -> dict[str, float | int | list[str] | str | None]:
         """Compile figures since :meth:`start`.
 
         Returns:

@@ -11,12 +11,19 @@ from the table below; kiln knows no peak for CPUs or unlisted GPUs, and reports 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
-from lightning.fabric.utilities.apply_func import apply_to_collection
-from torch.nn.utils.stateless import _reparametrize_module
+
+# lightning re-exports lightning_utilities' function, whose `function` is a bare Callable
+from lightning.fabric.utilities.apply_func import (
+    apply_to_collection,  # pyright: ignore[reportPrivateImportUsage, reportUnknownVariableType]
+)
+from torch.nn.utils.stateless import _reparametrize_module  # pyright: ignore[reportPrivateUsage]
 from torch.utils.flop_counter import FlopCounterMode
+
+from kiln.core.contract import as_dict
 
 log = logging.getLogger(__name__)
 
@@ -85,24 +92,31 @@ def count_micro_batch_flops(module: torch.nn.Module, batch: Any) -> int | None:
     buffers = {name: torch.empty_like(b, device="meta") for name, b in module.named_buffers()}
     hook = getattr(module, "flops_batch", None)  # the contract's optional hook
     batch = hook(batch) if callable(hook) else batch
-    meta_batch = apply_to_collection(batch, torch.Tensor, lambda t: t.to("meta"))
+    meta_batch = apply_to_collection(batch, torch.Tensor, _to_meta)
     counter = FlopCounterMode(display=False)
+    # a LightningModule's (the contract's), which nn.Module's __getattr__ cannot type
+    training_step = cast(Callable[..., Any], module.training_step)
     try:
         # force_eager: blocks compiled in place (regional compile) must not trace meta inputs
         with (
-            torch.random.fork_rng(devices=[]),
+            torch.random.fork_rng(devices=[]),  # pyright: ignore[reportUnknownMemberType]
             torch.compiler.set_stance("force_eager"),
             _reparametrize_module(module, {**params, **buffers}),
             counter,
         ):
-            out = module.training_step(meta_batch, 0)
-            loss = out["loss"] if isinstance(out, dict) else out
+            out = training_step(meta_batch, 0)
+            step_out = as_dict(out)
+            loss = out if step_out is None else step_out["loss"]
             if loss.requires_grad:
                 loss.backward()
     except Exception as error:  # any failure only costs the figure, never the run
         _log_not_counted(module, error)
         return None
     return int(counter.get_total_flops())
+
+
+def _to_meta(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to("meta")
 
 
 def _log_not_counted(module: torch.nn.Module, error: Exception) -> None:

@@ -48,7 +48,7 @@ _CALIBRATION_DTYPES = {
 def _nvml() -> Any | None:
     """The initialized ``pynvml`` module, or ``None`` without the package or a GPU driver."""
     try:
-        import pynvml
+        import pynvml  # pyright: ignore[reportMissingTypeStubs]  # nvidia-ml-py has no types
 
         pynvml.nvmlInit()
     except Exception:  # no nvidia-ml-py, no libnvidia-ml, no driver: a CPU machine
@@ -150,7 +150,7 @@ def _expand_name(name: str, hostlist: str) -> list[str]:
     if not closed:
         raise ValueError(f"SLURM hostlist {hostlist!r} has an unclosed '[' in {name!r}")
     suffixes = _expand_name(tail, hostlist) if tail else [""]
-    expanded = []
+    expanded: list[str] = []
     for part in body.split(","):
         low, dash, high = part.partition("-")
         if not low.isdigit() or (dash and not high.isdigit()):
@@ -179,7 +179,8 @@ def _tree_pids(root: int) -> set[int]:
             continue  # the process ended while we looked
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
         parents.setdefault(ppid, []).append(int(entry.name))
-    tree, todo = set(), [root]
+    tree: set[int] = set()
+    todo = [root]
     while todo:
         pid = todo.pop()
         tree.add(pid)
@@ -206,7 +207,7 @@ def _busy_ticks() -> int:
 
 
 def _gpu_load(nvml: Any, tree: set[int]) -> list[dict[str, Any]]:
-    gpus = []
+    gpus: list[dict[str, Any]] = []
     for i in range(nvml.nvmlDeviceGetCount()):
         handle = nvml.nvmlDeviceGetHandleByIndex(i)
         others = [

@@ -120,7 +120,7 @@ class Progress:
             self._samples_per_s = samples_per_s
         loss_text = "-" if self._loss is None else f"{self._loss:.4f}"
         speed_text = "-" if self._samples_per_s is None else f"{self._samples_per_s:.1f}"
-        if self._bar is not None:
+        if self._bar is not None and self._task is not None:  # both set together
             self._bar.update(self._task, completed=step, loss=loss_text, speed=speed_text)
             return
         if loss is None and step < self.total_steps:
@@ -129,5 +129,6 @@ class Progress:
             f"step {step}/{self.total_steps} loss {loss_text} samples/s {speed_text} "
             f"eta {_format_eta(self._eta(step))}"
         )
+        assert self._console is not None  # enabled: it has one
         self._console.file.write(line + "\n")
         self._console.file.flush()

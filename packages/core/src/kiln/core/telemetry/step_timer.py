@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -77,8 +77,9 @@ class StepTimer:
         """Read the stopped steps' times and token counts and record them (a host sync)."""
         stopped, self._stopped = self._stopped, []
         counts = [t for _, _, t in stopped if isinstance(t, torch.Tensor)]
-        # one device-to-host copy for all tensor token counts
-        read = iter(torch.stack(counts).tolist() if counts else [])
+        # one device-to-host copy for all tensor token counts (tolist() is typed a bare list)
+        host = cast(list[float], torch.stack(counts).tolist()) if counts else []  # pyright: ignore[reportUnknownMemberType]
+        read = iter(host)
         for timing, samples, tokens in stopped:
             if not isinstance(timing, float):
                 start, end = timing

@@ -429,7 +429,7 @@ def build_timm(name: str, size: str) -> tuple[nn.Module, tuple[int, int, int]]:
     ``img_size``, then neither (a convnet takes any image size without being told).
     """
     import timm
-    from timm.data import resolve_data_config
+    from timm.data.config import resolve_data_config
 
     harness_kwargs = {
         "in_chans": 3,

@@ -27,7 +27,7 @@ from kiln.experiments.job import JobInfo
 from kiln.experiments.schema import LoggerConfig
 
 if TYPE_CHECKING:  # Fabric is imported when a run opens, not when a config error is recorded
-    from lightning.fabric.loggers import Logger
+    from lightning.fabric.loggers.logger import Logger
 
 STEP_METRIC = "trainer/global_step"
 """The x-axis of every W&B chart: wandb's Fabric logger adds it to each logged row."""
@@ -85,7 +85,7 @@ class Tracker:
         if self.cfg.backend == "wandb":
             self._start_wandb()
         elif self.cfg.backend == "csv":
-            from lightning.fabric.loggers import CSVLogger
+            from lightning.fabric.loggers.csv_logs import CSVLogger
 
             self.loggers = [CSVLogger(root_dir=self.job.output_dir, name="csv", version="")]
         return self
@@ -170,7 +170,7 @@ class Tracker:
             return
         self.finished = True
         if self.loggers:
-            from lightning.fabric.loggers import CSVLogger
+            from lightning.fabric.loggers.csv_logs import CSVLogger
 
         for logger in self.loggers:
             if isinstance(logger, CSVLogger):  # W&B's logger is finished with its run

@@ -148,7 +148,7 @@ class ImageClassificationData(DataModule):
     def _setup(self) -> None:
         if self.data_config is None:
             raise RuntimeError("attach the data module to a model first (create_model(..., data=))")
-        from timm.data import create_transform
+        from timm.data.transforms_factory import create_transform
 
         cfg = self.data_config
         channels = cfg["input_size"][0]

@@ -222,3 +222,28 @@ def test_rng_state_survives_checkpoint(fabric, tmp_path):
     assert _draws() == first
     # the checkpoint is plain tensors and values
     assert len(torch.load(path, weights_only=True)["rng"]) == 1
+
+
+def test_run_json_records_the_sha256_of_each_file_on_disk(fabric, tmp_path):
+    """The checksum is taken of the bytes as written (hashed while they are written): it is
+    the sha256 of the file that was renamed into place, for step and named checkpoints."""
+    import hashlib
+
+    from kiln.core.rundir import read_run_file
+
+    model, optimizer = _setup(fabric, Net())
+    state = {"model": model, "optimizer": optimizer}
+    _train_step(fabric, model, optimizer)
+    first = save_checkpoint(fabric, tmp_path, 1, state, keep_last_k=2)
+    _train_step(fabric, model, optimizer)
+    second = save_checkpoint(fabric, tmp_path, 2, state, keep_last_k=2)
+    best = save_checkpoint(fabric, tmp_path, 2, state, keep_last_k=2, name="best.ckpt")
+
+    def on_disk(path):
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+
+    recorded = read_run_file(tmp_path)
+    assert recorded.checkpoints == {first.name: on_disk(first), second.name: on_disk(second)}
+    assert recorded.named == {best.name: on_disk(best)}
+    assert on_disk(first) != on_disk(second)

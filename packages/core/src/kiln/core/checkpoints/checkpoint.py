@@ -15,6 +15,7 @@ Everything is stored as tensors and plain Python values, so checkpoints load wit
 from __future__ import annotations
 
 import errno
+import hashlib
 import io
 import os
 import pickle
@@ -23,6 +24,7 @@ import shutil
 import warnings
 import zipfile
 from collections.abc import Generator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -257,9 +259,16 @@ def _remove(path: Path) -> None:
 
 
 def _record_and_prune(
-    directory: Path, final: Path, keep_last_k: int, run_id: str | None, named: bool
+    directory: Path,
+    final: Path,
+    keep_last_k: int,
+    run_id: str | None,
+    named: bool,
+    digest: str | None = None,
 ) -> None:
-    """Record ``final`` with its checksum in ``run.json``; keep this run's newest K files."""
+    """Record ``final`` with its checksum in ``run.json`` (``digest``, the sha256 of the
+    bytes written, or read back from the file); keep this run's newest K files."""
+    digest = digest or sha256_of(final)
     recorded = read_run_file(directory) or RunFile(run_id or new_run_id())
     if run_id is not None and recorded.run_id != run_id:
         raise RuntimeError(
@@ -267,11 +276,11 @@ def _record_and_prune(
             "a checkpoint directory belongs to one run"
         )
     if named:  # best.ckpt and the like: checksummed, but neither pruned nor resumed from
-        recorded.named[final.name] = sha256_of(final)
+        recorded.named[final.name] = digest
         write_run_file(directory, recorded)
         return
     recorded.checkpoints.pop(final.name, None)  # re-saved: now the newest
-    recorded.checkpoints[final.name] = sha256_of(final)
+    recorded.checkpoints[final.name] = digest
     names = list(recorded.checkpoints)
     stale = names[:-keep_last_k]
     recorded.checkpoints = {name: recorded.checkpoints[name] for name in names[-keep_last_k:]}
@@ -332,21 +341,28 @@ def save_checkpoint(
 
     to_save = {**state, "rng": _gather_rng_states()}
     with _without_compiled_prefixes(to_save):
-        problem = fabric.broadcast(_write(fabric, temp, final, to_save))  # all ranks, or none
+        problem, digest = _write(fabric, temp, final, to_save)
+        problem = fabric.broadcast(problem)  # all ranks, or none
     if problem is not None:
         raise CheckpointWriteError(problem)
     if fabric.is_global_zero:
         if final.is_dir():  # os.replace cannot replace a non-empty directory
             shutil.rmtree(final)
         replace_synced(temp, final)
-        _record_and_prune(directory, final, keep_last_k, run_id, named=name is not None)
+        _record_and_prune(directory, final, keep_last_k, run_id, name is not None, digest)
     fabric.barrier()
     return final
 
 
-def _write(fabric: Fabric, temp: Path, final: Path, state: dict[str, Any]) -> str | None:
-    """Write ``state`` to ``temp`` (flushed to disk); on a failure, remove what was written
-    and return why (rank 0's answer counts)."""
+def _write(
+    fabric: Fabric, temp: Path, final: Path, state: dict[str, Any]
+) -> tuple[str | None, str | None]:
+    """Write ``state`` to ``temp`` (flushed to disk); on a failure, remove what was written.
+
+    Returns:
+        Why it failed (rank 0's answer counts) or ``None``, and the sha256 of the bytes
+        written where rank 0 wrote them from memory (``None``: read the file back).
+    """
     if not isinstance(fabric.strategy, _PLAIN_STATE_STRATEGIES):
         try:  # sharded: every rank writes its part into the directory ``temp``
             fabric.save(temp, state)
@@ -356,25 +372,31 @@ def _write(fabric: Fabric, temp: Path, final: Path, state: dict[str, Any]) -> st
         except OSError as error:
             if fabric.is_global_zero:
                 _remove(temp)
-            return _write_failure(final, None, error)
-        return None
+            return _write_failure(final, None, error), None
+        return None, None
     # What fabric.save does for these strategies, but staged in the checkpoint's own
     # directory: Lightning's writer stages in the system temp dir and then copies across.
     convert = fabric.strategy._convert_stateful_objects_in_state  # pyright: ignore[reportPrivateUsage]
     converted = convert(_unwrap_objects(state), {})
     if not fabric.is_global_zero:
-        return None
+        return None, None
     buffer = io.BytesIO()
     torch.save(converted, buffer)
-    size = buffer.getbuffer().nbytes
+    data = buffer.getbuffer()
+    size = data.nbytes
     try:
         if shutil.disk_usage(temp.parent).free < size:  # fail before writing a byte
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        write_synced(temp, buffer.getbuffer())
+        # the checksum of the very bytes written, hashed while they are written and synced
+        # (hashlib and the writes release the GIL) instead of reading the file back after
+        with ThreadPoolExecutor(1) as pool:
+            digest = pool.submit(lambda: hashlib.sha256(data).hexdigest())
+            write_synced(temp, data)
+            checksum = digest.result()
     except OSError as error:
         _remove(temp)
-        return _write_failure(final, size, error)
-    return None
+        return _write_failure(final, size, error), None
+    return None, checksum
 
 
 def _write_failure(final: Path, size: int | None, error: OSError) -> str:

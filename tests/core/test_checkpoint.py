@@ -229,7 +229,7 @@ def test_run_json_records_the_sha256_of_each_file_on_disk(fabric, tmp_path):
     the sha256 of the file that was renamed into place, for step and named checkpoints."""
     import hashlib
 
-    from kiln.core.rundir import read_run_file
+    from kiln.core.checkpoints.rundir import read_run_file
 
     model, optimizer = _setup(fabric, Net())
     state = {"model": model, "optimizer": optimizer}

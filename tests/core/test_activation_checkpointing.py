@@ -15,6 +15,7 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
+from grads import Grads, assert_same_steps
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from toy import ToyTokenModule, full_weights
@@ -68,27 +69,10 @@ class BlockStack(L.LightningModule):
         return DataLoader(self.data, batch_size=self.batch_size, shuffle=True)
 
 
-class Grads:
-    """Records every step's gradients (by state-dict name) before the optimizer step."""
-
-    def __init__(self, module: nn.Module) -> None:
-        self.module, self.steps = module, []
-
-    def on_before_optimizer_step(self, optimizer) -> None:
-        self.steps.append(  # this rank's shard under FSDP
-            {n.replace(WRAPPED, ""): local(p.grad) for n, p in self.module.named_parameters()}
-        )
-
-
-def local(tensor: torch.Tensor) -> torch.Tensor:
-    to_local = getattr(tensor, "to_local", None)
-    return (to_local() if callable(to_local) else tensor).clone()
-
-
 def train(checkpointing: bool, devices: int = 1, strategy: str = "auto") -> dict:
     """Top-level so spawned ranks can import it: 4 AdamW steps with dropout, float64."""
     module = BlockStack()
-    grads = Grads(module)
+    grads = Grads(module, strip=WRAPPED)
     cfg = TrainerConfig(
         accelerator="cpu",
         devices=devices,
@@ -114,11 +98,7 @@ def train_both(devices: int, strategy: str = "auto") -> tuple[dict, dict]:
 
 
 def assert_same_grads(got: dict, want: dict) -> None:
-    assert len(got["grads"]) == len(want["grads"]) == 4
-    for step, (a, b) in enumerate(zip(got["grads"], want["grads"], strict=True)):
-        assert a.keys() == b.keys()
-        for name in a:
-            torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-12, msg=f"{step} {name}")
+    assert_same_steps(got["grads"], want["grads"], 4)
     for name, value in want["weights"].items():
         torch.testing.assert_close(got["weights"][name], value, rtol=0, atol=1e-12)
 

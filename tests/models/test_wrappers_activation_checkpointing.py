@@ -9,27 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import tiny_model
+from grads import Grads, assert_same_steps
 from test_float64 import build, rows
 from torch.utils.data import DataLoader
 
 import kiln.models as km
 from kiln.core import TrainerConfig, fit, launch
-
-
-class Grads:
-    """Every step's gradients, by parameter name, before the optimizer step."""
-
-    def __init__(self, module) -> None:
-        self.module, self.steps = module, []
-
-    def on_before_optimizer_step(self, optimizer) -> None:
-        self.steps.append({n: local(p.grad) for n, p in self.module.named_parameters()})
-
-
-def local(tensor: torch.Tensor) -> torch.Tensor:
-    """A copy of this rank's shard (FSDP's DTensor gradients), or of the tensor."""
-    to_local = getattr(tensor, "to_local", None)
-    return (to_local() if callable(to_local) else tensor).clone()
 
 
 def vit(data: list[dict]):
@@ -82,11 +67,7 @@ def train_all(devices: int, strategy: str) -> dict:
 
 
 def assert_same_grads(got: list[dict], want: list[dict]) -> None:
-    assert len(got) == len(want) == 3
-    for a, b in zip(got, want, strict=True):
-        assert a.keys() == b.keys()
-        for name in a:
-            torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-12, msg=name)
+    assert_same_steps(got, want, 3)
 
 
 @pytest.mark.parametrize("name", ["llama-tiny-lm", "bert-tiny-cls", "vit-tiny"])

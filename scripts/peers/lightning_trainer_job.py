@@ -12,13 +12,13 @@ Event times go to ``$PEERS_EVENTS``.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peer_common import (
     event,
+    job_arguments,
     load_job,
     metrics,
     optimizer_and_schedule,
@@ -28,11 +28,7 @@ from peer_common import (
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("export", type=Path)
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--logger", choices=("wandb", "none"), default="wandb")
-    args = parser.parse_args()
+    args = job_arguments()
 
     import lightning as L
     import torch

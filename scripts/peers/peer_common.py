@@ -7,6 +7,7 @@ accelerate; never kiln): everything kiln-specific they need is in the export dir
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -16,6 +17,15 @@ from typing import Any
 
 EVENTS_ENV = "PEERS_EVENTS"
 """The file each job appends its event times to (JSON lines; bench_peers.py reads them)."""
+
+
+def job_arguments() -> argparse.Namespace:
+    """The command line bench_peers.py gives each peer job: ``EXPORT_DIR OUT_DIR [--logger]``."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("export", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--logger", choices=("wandb", "none"), default="wandb")
+    return parser.parse_args()
 
 
 def event(name: str, **extra: Any) -> None:

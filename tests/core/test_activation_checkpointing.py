@@ -19,6 +19,7 @@ from grads import Grads, assert_same_steps
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from toy import ToyTokenModule, full_weights
+from trainers import trainer_config
 
 from kiln.core import TrainerConfig, fit, launch
 from kiln.core.loop.activation_checkpointing import activation_checkpointing
@@ -73,13 +74,10 @@ def train(checkpointing: bool, devices: int = 1, strategy: str = "auto") -> dict
     """Top-level so spawned ranks can import it: 4 AdamW steps with dropout, float64."""
     module = BlockStack()
     grads = Grads(module, strip=WRAPPED)
-    cfg = TrainerConfig(
-        accelerator="cpu",
+    cfg = trainer_config(
         devices=devices,
         precision="64-true",
-        max_steps=4,
         accumulate_grad_batches=2,
-        progress=False,
         activation_checkpointing=checkpointing,
         strategy=strategy,
     )

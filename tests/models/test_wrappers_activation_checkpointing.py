@@ -12,6 +12,7 @@ from conftest import tiny_model
 from grads import Grads, assert_same_steps
 from test_float64 import build, rows
 from torch.utils.data import DataLoader
+from trainers import trainer_config
 
 import kiln.models as km
 from kiln.core import TrainerConfig, fit, launch
@@ -42,13 +43,11 @@ def model_and_data(name: str):
 def train(name: str, checkpointing: bool, devices: int = 1, strategy: str = "auto") -> dict:
     model = model_and_data(name)
     grads = Grads(model)
-    cfg = TrainerConfig(
-        accelerator="cpu",
+    cfg = trainer_config(
         devices=devices,
         precision="64-true",
         max_steps=3,
         accumulate_grad_batches=2,
-        progress=False,
         count_flops=False,
         activation_checkpointing=checkpointing,
         strategy=strategy,

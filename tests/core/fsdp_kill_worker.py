@@ -15,7 +15,7 @@ from kiln.core import launch
 def killed_run(root: Path, step: int) -> None:
     from kiln.core.checkpoints import checkpoint
 
-    write = checkpoint._write  # writes the staged directory a save renames into place
+    write = checkpoint._write_sharded  # writes the staged directory a save renames into place
 
     def write_then_die(fabric, temp, final, state):
         problem = write(fabric, temp, final, state)
@@ -24,7 +24,7 @@ def killed_run(root: Path, step: int) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         return problem
 
-    checkpoint._write = write_then_die  # this worker process only
+    checkpoint._write_sharded = write_then_die  # this worker process only
     sharded_run(root, STEPS)
 
 

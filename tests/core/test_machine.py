@@ -1,6 +1,10 @@
 """kiln.core.telemetry.machine: the fingerprint, the load and the calibration a job records."""
 
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -8,11 +12,21 @@ import torch
 from kiln.core.telemetry.machine import (
     FINGERPRINT_KEYS,
     calibrate,
+    calibrate_under_load,
     calibration_dtype,
     describe_machine,
     expand_hostlist,
+    load_during,
     load_sample,
 )
+
+SPINNER = """
+import os, sys, time
+open(sys.argv[1], "w").write(str(os.getpid()))
+end = time.monotonic() + 20
+while time.monotonic() < end:
+    pass
+"""
 
 
 def test_describe_machine_holds_the_fingerprint_and_versions():
@@ -25,9 +39,42 @@ def test_describe_machine_holds_the_fingerprint_and_versions():
 
 def test_load_sample_subtracts_this_process_tree():
     sample = load_sample(window_s=0.1)
-    assert sample["window_s"] == 0.1 and sample["loadavg_1m"] >= 0
+    assert 0.1 <= sample["window_s"] < 0.5 and sample["loadavg_1m"] >= 0
     # other processes cannot use more cores than the machine has
     assert 0 <= sample["other_cpu_cores"] <= (os.cpu_count() or 1) + 0.5
+
+
+def _spin(seconds: float) -> str:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+    return "done"
+
+
+def test_load_during_counts_another_processs_cpu_and_not_this_ones(tmp_path):
+    """A process outside this tree (its parent shell exited: it was re-parented) spinning on
+    one core while this process spins on another shows as about one core of other load."""
+    script, pid_file = tmp_path / "spin.py", tmp_path / "spin.pid"
+    script.write_text(SPINNER)
+    subprocess.run(["sh", "-c", f'"{sys.executable}" {script} {pid_file} >/dev/null 2>&1 &'])
+    deadline = time.monotonic() + 10
+    while not (pid_file.is_file() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(pid_file.read_text())
+    try:
+        time.sleep(0.2)  # the spinner is past its start-up
+        result, load = load_during(lambda: _spin(0.6))
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    assert result == "done" and 0.6 <= load["window_s"] < 2
+    assert load["other_cpu_cores"] >= 0.5, load  # the spinner; this process's own spin is not
+
+
+def test_a_calibration_carries_the_load_of_its_own_window():
+    cal, load = calibrate_under_load("cpu", "32-true")
+    assert cal["matmul_gflop_per_s"] > 0 and load["loadavg_1m"] >= 0
+    assert abs(load["window_s"] - cal["seconds"]) < 0.05  # one window: the calibration's
+    assert 0 <= load["other_cpu_cores"] <= (os.cpu_count() or 1) + 0.5
 
 
 @pytest.mark.parametrize(

@@ -170,17 +170,17 @@ class Killer(Logger):
     def _kill_in_save(step: int) -> None:
         from kiln.core.checkpoints import checkpoint
 
-        write = checkpoint._write  # writes the temp file a save renames into place
+        write = checkpoint._write_file  # writes the temp file a save renames into place
 
-        def write_then_die(fabric, temp, final, state):
-            problem = write(fabric, temp, final, state)
+        def write_then_die(temp, final, data):
+            digest = write(temp, final, data)
             if f"step-{step:08d}" in temp.name:
                 data = temp.read_bytes()
                 temp.write_bytes(data[: len(data) // 2])  # the write is cut off here
                 os.kill(os.getpid(), signal.SIGKILL)
-            return problem
+            return digest
 
-        checkpoint._write = write_then_die  # this worker process only
+        checkpoint._write_file = write_then_die  # this worker process only
 
 
 class KillableToy(ToyTokenModule):

@@ -110,3 +110,69 @@ def test_a_finished_job_ends_its_process_without_the_interpreters_teardown(tmp_p
     assert "kiln-train: ok" in proc.stdout, proc.stdout[-2000:]  # stdout flushed
     assert (tmp_path / "atexit").exists()
     assert (tmp_path / "teardown").read_text() == ""
+
+
+def test_collection_is_held_through_start_up_and_frozen_objects_are_released_after():
+    import gc
+
+    from kiln.experiments.startup_gc import collection_held, startup_frozen
+
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    with startup_frozen():  # outside a held command (fit called from Python): no change
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+    with collection_held():
+        assert not gc.isenabled()
+        with startup_frozen():
+            assert gc.isenabled() and gc.get_freeze_count() > 0
+        assert gc.get_freeze_count() == 0  # a sweep's next job does not keep this one's
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+GC_PROBE = """
+import gc, sys
+full = []
+gc.callbacks.append(lambda phase, info: phase == "stop" and info["generation"] == 2
+                    and full.append(1))
+import kiln.core.telemetry.machine as machine
+calibrate = machine.calibrate_under_load
+
+def probe(*args, **kwargs):
+    if not hasattr(probe, "seen"):
+        probe.seen = True
+        print(f"GC at the measured work: full={len(full)} enabled={gc.isenabled()} "
+              f"frozen={gc.get_freeze_count()} modules={len(sys.modules)}", flush=True)
+    return calibrate(*args, **kwargs)
+
+machine.calibrate_under_load = probe
+from kiln.experiments.train.cli import main
+sys.argv = ["kiln-train", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.process
+def test_a_jobs_start_up_runs_no_full_collection_and_its_loop_skips_what_start_up_built(
+    tmp_path,
+):
+    """A training job's imports and set-up would trigger about eight full collections (each
+    scanning every object imported so far); kiln-train holds them off until the measured
+    work, which starts with those objects frozen and the collector running."""
+    import re
+
+    from train_helpers import FAST
+
+    proc = subprocess.run(
+        [sys.executable, "-c", GC_PROBE, *FAST, "logger=csv", f"hydra.run.dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    probe = re.search(r"full=(\d+) enabled=(\w+) frozen=(\d+) modules=(\d+)", proc.stdout)
+    assert probe is not None, proc.stdout[-2000:]
+    full, enabled, frozen, modules = probe.groups()
+    assert int(modules) > 2000  # torch, Lightning, transformers: start-up did import them
+    # at most the console script's own imports (Hydra's config store) before it holds them
+    assert int(full) <= 2, proc.stdout
+    assert enabled == "True" and int(frozen) > 100_000

@@ -51,16 +51,17 @@ def run_hydra_app(task: Callable[[Any], Any], config_name: str, register: Callab
     import hydra
 
     from kiln.experiments.plugin_configs import missing_model_hint
+    from kiln.experiments.startup_gc import collection_held
     from kiln.models.plugins import load_plugins
 
-    load_plugins()
-    register()
-    hint = missing_model_hint(sys.argv[1:], config_dir())
-    try:
-        return hydra.main(version_base="1.3", config_path=config_path(), config_name=config_name)(
-            task
-        )()
-    except SystemExit as exit_:
-        if exit_.code not in (0, None) and hint:  # after Hydra's "Could not find 'model/x'"
-            print(hint, file=sys.stderr)
-        raise
+    with collection_held():  # until a job's measured work (kiln.experiments.startup_gc)
+        load_plugins()
+        register()
+        hint = missing_model_hint(sys.argv[1:], config_dir())
+        app = hydra.main(version_base="1.3", config_path=config_path(), config_name=config_name)
+        try:
+            return app(task)()
+        except SystemExit as exit_:
+            if exit_.code not in (0, None) and hint:  # after Hydra's "Could not find 'model/x'"
+                print(hint, file=sys.stderr)
+            raise

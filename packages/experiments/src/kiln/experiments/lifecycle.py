@@ -39,6 +39,7 @@ from typing import Any
 from kiln.experiments.job import JobInfo, RecordKind, machine_info, write_job_json
 from kiln.experiments.schema import LoggerConfig
 from kiln.experiments.stages import stage_of
+from kiln.experiments.startup_gc import startup_frozen
 from kiln.experiments.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -198,19 +199,27 @@ class Lifecycle:
     @contextlib.contextmanager
     def measured(self, accelerator: str, precision: str) -> Iterator[None]:
         """Around the job's measured work (training, benchmarking): the machine's load
-        (:func:`kiln.core.telemetry.machine.load_sample`) and a calibration
-        (:func:`kiln.core.telemetry.machine.calibrate` on the job's device, at its precision) just
-        before and just after, into ``record["machine"]`` (``load_start``/``load_end``,
-        ``calibration_before``/``calibration_after``) and the W&B run's config."""
-        from kiln.core.telemetry.machine import calibrate, load_sample
+        and a calibration (:func:`kiln.core.telemetry.machine.calibrate` on the job's device,
+        at its precision, with the load of other work while it ran) just before and just
+        after, into ``record["machine"]`` (``load_start``/``load_end``,
+        ``calibration_before``/``calibration_after``) and the W&B run's config. What start-up
+        built is frozen out of garbage collection first (:mod:`kiln.experiments.startup_gc`)."""
+        with startup_frozen():
+            if not self.writer:  # one record: rank 0 measures its own device
+                yield
+                return
+            with self._calibrated(accelerator, precision):
+                yield
 
-        if not self.writer:  # one record: rank 0 measures its own device
-            yield
-            return
+    @contextlib.contextmanager
+    def _calibrated(self, accelerator: str, precision: str) -> Iterator[None]:
+        from kiln.core.telemetry.machine import calibrate_under_load
+
         device = _calibration_device(accelerator)
         machine = self.record["machine"]
-        machine["load_start"] = load_sample()
-        machine["calibration_before"] = calibrate(device, precision)
+        machine["calibration_before"], machine["load_start"] = calibrate_under_load(
+            device, precision
+        )
         if self.tracker is not None:
             self.tracker.update_config({"machine": machine})
         try:
@@ -218,8 +227,9 @@ class Lifecycle:
         finally:
             # best effort: after a failed step (CUDA out of memory) the work's error is the news
             with contextlib.suppress(Exception):
-                machine["calibration_after"] = calibrate(device, precision)
-                machine["load_end"] = load_sample()
+                machine["calibration_after"], machine["load_end"] = calibrate_under_load(
+                    device, precision
+                )
 
     def __enter__(self) -> Lifecycle:
         if threading.current_thread() is threading.main_thread():

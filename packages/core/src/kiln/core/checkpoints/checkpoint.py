@@ -17,15 +17,18 @@ from __future__ import annotations
 import errno
 import hashlib
 import io
+import logging
 import os
 import pickle
 import random
 import shutil
+import threading
 import warnings
 import zipfile
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -58,6 +61,8 @@ from kiln.core.checkpoints.sharded import (
     restore_stateful,
     write_checksums,
 )
+
+log = logging.getLogger(__name__)
 
 _COMPILED_PREFIX = "_orig_mod."
 # fabric.load restores these strategies' module state from one plain state dict, which lets
@@ -301,11 +306,18 @@ def save_checkpoint(
     keep_last_k: int,
     name: str | None = None,
     run_id: str | None = None,
+    commits: CheckpointCommits | None = None,
 ) -> Path:
     """Save ``state`` atomically as the checkpoint of ``step``; keep the newest ``keep_last_k``.
 
     Once renamed into place, the file is recorded with its sha256 in the directory's
     ``run.json``; pruning removes only files recorded there.
+
+    With ``commits``, the state is serialized here (what it holds is fixed when this
+    returns), and rank 0 writes, fsyncs, renames and records the file in a thread while the
+    caller goes on (one-file checkpoints; a sharded one is written here all the same): the
+    file is in place once ``commits.wait`` returns, and until then the directory's newest
+    checkpoint is the previous one.
 
     Must be called on every rank. ``state`` maps names to Fabric-saveable objects (the
     Fabric-wrapped model, optimizer, scheduler, grad scaler...) and plain values (global
@@ -322,14 +334,22 @@ def save_checkpoint(
             ``best.ckpt``); such a file is never pruned nor found by ``resume="auto"``.
         run_id: The run the directory belongs to (``run.json`` is created with it, or must
             name it); ``None`` uses the directory's run, or a new one.
+        commits: Where rank 0's write finishes in the background (see above); ``None``:
+            the file is written and recorded before this returns.
 
     Returns:
         The checkpoint's final path.
+
+    Raises:
+        CheckpointWriteError: The file could not be written (a full disk); also raised here
+            for an earlier save of ``commits`` that failed.
     """
     if keep_last_k < 1:
         raise ValueError(f"keep_last_k={keep_last_k} is not valid; keep at least 1 checkpoint")
     if "rng" in state:
         raise ValueError("state key 'rng' is reserved: it holds each rank's RNG state")
+    if commits is not None:  # one save at a time: the last one is in place, or failed here
+        commits.wait(fabric)
     directory = Path(directory)
     final = checkpoint_path(directory, step) if name is None else _named(directory, name)
     temp = final.with_name(final.name + TEMP_SUFFIX)
@@ -340,63 +360,194 @@ def save_checkpoint(
     fabric.barrier()
 
     to_save = {**state, "rng": _gather_rng_states()}
+    record = partial(_commit, directory, temp, final, keep_last_k, run_id, name is not None)
     with _without_compiled_prefixes(to_save):
-        problem, digest = _write(fabric, temp, final, to_save)
-        problem = fabric.broadcast(problem)  # all ranks, or none
+        serialized = _serialize(fabric, to_save)
+        problem = _write_sharded(fabric, temp, final, to_save) if serialized is None else None
+    if serialized is None:
+        record = partial(record, None)  # a directory's digest: taken of the files on disk
+    elif fabric.is_global_zero:
+        problem, record = _write_one_file(temp, final, serialized, record, commits)
+    problem = fabric.broadcast(problem)  # all ranks, or none
     if problem is not None:
         raise CheckpointWriteError(problem)
-    if fabric.is_global_zero:
-        if final.is_dir():  # os.replace cannot replace a non-empty directory
-            shutil.rmtree(final)
-        replace_synced(temp, final)
-        _record_and_prune(directory, final, keep_last_k, run_id, name is not None, digest)
+    if fabric.is_global_zero and record is not None:
+        record()
     fabric.barrier()
     return final
 
 
-def _write(
-    fabric: Fabric, temp: Path, final: Path, state: dict[str, Any]
-) -> tuple[str | None, str | None]:
-    """Write ``state`` to ``temp`` (flushed to disk); on a failure, remove what was written.
+def _write_one_file(
+    temp: Path,
+    final: Path,
+    serialized: io.BytesIO,
+    record: Callable[[str], None],
+    commits: CheckpointCommits | None,
+) -> tuple[str | None, Callable[[], None] | None]:
+    """Rank 0's write of a one-file checkpoint: now, or handed to ``commits`` (with its
+    record) to finish in a thread.
 
     Returns:
-        Why it failed (rank 0's answer counts) or ``None``, and the sha256 of the bytes
-        written where rank 0 wrote them from memory (``None``: read the file back).
+        Why it failed (or ``None``), and what is left to do here: record the written file
+        (``None``: nothing, the thread does it or the write failed).
+    """
+    data = serialized.getbuffer()
+    if shutil.disk_usage(final.parent).free < data.nbytes:  # fail before writing a byte
+        error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return _write_failure(final, data.nbytes, error), None
+    if commits is not None:
+        commits.submit(final, lambda: record(_write_file(temp, final, data)))
+        return None, None
+    try:
+        digest = _write_file(temp, final, data)
+    except CheckpointWriteError as error:
+        return str(error), None
+    return None, partial(record, digest)
+
+
+def _serialize(fabric: Fabric, state: dict[str, Any]) -> io.BytesIO | None:
+    """``state`` as the bytes of one ``torch.save`` file on rank 0 (an empty buffer on the
+    other ranks of a one-file strategy), or ``None`` under a sharded strategy.
+
+    What ``fabric.save`` does for these strategies, but into memory: the file is then staged
+    in the checkpoint's own directory (Lightning's writer stages in the system temp dir and
+    copies across), and the bytes are fixed before training moves the weights on.
     """
     if not isinstance(fabric.strategy, _PLAIN_STATE_STRATEGIES):
-        try:  # sharded: every rank writes its part into the directory ``temp``
-            fabric.save(temp, state)
-            if fabric.is_global_zero:  # every rank's shard is written once save returns here
-                write_checksums(temp)
-                fsync_path(temp)
-        except OSError as error:
-            if fabric.is_global_zero:
-                _remove(temp)
-            return _write_failure(final, None, error), None
-        return None, None
-    # What fabric.save does for these strategies, but staged in the checkpoint's own
-    # directory: Lightning's writer stages in the system temp dir and then copies across.
+        return None
     convert = fabric.strategy._convert_stateful_objects_in_state  # pyright: ignore[reportPrivateUsage]
     converted = convert(_unwrap_objects(state), {})
-    if not fabric.is_global_zero:
-        return None, None
     buffer = io.BytesIO()
-    torch.save(converted, buffer)
-    data = buffer.getbuffer()
-    size = data.nbytes
+    if fabric.is_global_zero:
+        torch.save(converted, buffer)
+    return buffer
+
+
+def _write_sharded(fabric: Fabric, temp: Path, final: Path, state: dict[str, Any]) -> str | None:
+    """Every rank writes its part into the directory ``temp`` (flushed to disk); on a failure,
+    what was written is removed. Returns why it failed (rank 0's answer counts) or ``None``."""
     try:
-        if shutil.disk_usage(temp.parent).free < size:  # fail before writing a byte
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        # the checksum of the very bytes written, hashed while they are written and synced
-        # (hashlib and the writes release the GIL) instead of reading the file back after
+        fabric.save(temp, state)
+        if fabric.is_global_zero:  # every rank's shard is written once save returns here
+            write_checksums(temp)
+            fsync_path(temp)
+    except OSError as error:
+        if fabric.is_global_zero:
+            _remove(temp)
+        return _write_failure(final, None, error)
+    return None
+
+
+def _write_file(temp: Path, final: Path, data: memoryview) -> str:
+    """Write ``data`` to ``temp`` and fsync it; its sha256, hashed from the very bytes while
+    they are written and synced (hashlib and the writes release the GIL) instead of reading
+    the file back after.
+
+    Raises:
+        CheckpointWriteError: The write failed (a full disk); no partial file is left.
+    """
+    try:
         with ThreadPoolExecutor(1) as pool:
             digest = pool.submit(lambda: hashlib.sha256(data).hexdigest())
             write_synced(temp, data)
-            checksum = digest.result()
+            return digest.result()
     except OSError as error:
         _remove(temp)
-        return _write_failure(final, size, error), None
-    return None, checksum
+        raise CheckpointWriteError(_write_failure(final, data.nbytes, error)) from error
+
+
+def _commit(
+    directory: Path,
+    temp: Path,
+    final: Path,
+    keep_last_k: int,
+    run_id: str | None,
+    named: bool,
+    digest: str | None,
+) -> None:
+    """Rename the complete, fsynced ``temp`` into place and record it (rank 0)."""
+    if final.is_dir():  # os.replace cannot replace a non-empty directory
+        shutil.rmtree(final)
+    replace_synced(temp, final)
+    _record_and_prune(directory, final, keep_last_k, run_id, named, digest)
+
+
+class CheckpointCommits:
+    """Rank 0's one-file checkpoints being written, fsynced, renamed into place and recorded
+    in ``run.json`` in a thread while training goes on: one at a time, in order.
+
+    The loop saves its periodic checkpoints with one (:func:`save_checkpoint`'s ``commits``),
+    which waits for the previous save first, and calls :meth:`wait` at the end of the fit,
+    before anything reads the directory; on an error, :meth:`close`. A crash before a
+    commit ends leaves its temporary file (removed at the next start) and the previous
+    checkpoint as the newest, as a crash during a save always did.
+    """
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._path: Path | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def pending(self) -> Path | None:
+        """The checkpoint being committed, if any."""
+        return self._path
+
+    def submit(self, path: Path, commit: Callable[[], None]) -> None:
+        """Run ``commit`` (which writes ``path``) in a thread; nothing may be pending."""
+        if self._thread is not None:
+            raise RuntimeError(f"checkpoint {self._path} is still being written; wait() first")
+
+        def run() -> None:
+            try:
+                commit()
+            except BaseException as error:  # raised in the caller's thread by wait()
+                self._error = error
+
+        self._path, self._error = path, None
+        self._thread = threading.Thread(target=run, name=f"kiln-commit-{path.name}")
+        self._thread.start()
+
+    def _join(self) -> tuple[Path | None, BaseException | None]:
+        if self._thread is None:
+            return None, None
+        self._thread.join()
+        path, error = self._path, self._error
+        self._thread, self._path, self._error = None, None, None
+        return path, error
+
+    def wait(self, fabric: Fabric) -> Path | None:
+        """Wait until the pending checkpoint is in place; every rank calls it (a failure on
+        rank 0 is raised on all of them).
+
+        Returns:
+            The checkpoint that was committed (rank 0; ``None`` on the others and when
+            nothing was pending).
+
+        Raises:
+            CheckpointWriteError: Rank 0 could not write it (the earlier ones are intact).
+        """
+        path, error = self._join()
+        problem = None if error is None else str(error)
+        if fabric.world_size > 1:
+            problem = fabric.broadcast(problem)
+        if error is not None and not isinstance(error, CheckpointWriteError):
+            raise error
+        if problem is not None:
+            raise CheckpointWriteError(problem)
+        return path
+
+    def close(self) -> bool:
+        """Wait for the pending checkpoint on this process alone (an error path: no
+        collective), logging a failure instead of raising it over the error at hand.
+
+        Returns:
+            Whether a checkpoint was pending and is now in place.
+        """
+        path, error = self._join()
+        if error is not None:
+            log.error("checkpoint %s was not written: %s", path, error)
+        return path is not None and error is None
 
 
 def _write_failure(final: Path, size: int | None, error: OSError) -> str:

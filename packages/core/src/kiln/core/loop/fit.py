@@ -105,7 +105,7 @@ def fit(
         ctx.fabric.call("on_fit_start")
         ctx.model.train()
         poll = StopPoll(ctx.fabric)
-        with periodic.progress, listening():
+        with periodic.progress, listening(), periodic.closed_on_error():
             # a stop a callback or a signal requested is honoured here, at the step boundary
             while run.global_step < ctx.total_steps and run.stop_reason is None:
                 out = train_step(ctx, run, next(windows))
@@ -113,6 +113,7 @@ def fit(
                 periodic.after_step(out, interrupted=bool(signum))
                 if signum:  # after the checkpoint: a resumed run must not stay stopped
                     run.stop_reason, run.stop_signal = "signal", signal.Signals(signum).name
+            periodic.wait_for_checkpoints()  # the last one in place before anyone reads it
         ctx.fabric.call("on_fit_end")
         return finish(ctx, run)
 

@@ -8,14 +8,16 @@ can reach a checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any, cast
 
 import torch
 
-from kiln.core.checkpoints.checkpoint import save_checkpoint
+from kiln.core.checkpoints.checkpoint import CheckpointCommits, save_checkpoint
 from kiln.core.errors import NonFiniteLossError, check_finite_weights, check_window_total
 from kiln.core.loop.data import micro_batch_size
 from kiln.core.loop.step import StepOutput, all_reduce_sum, as_count_tensor, window_loss_sums
@@ -40,6 +42,9 @@ class LogValidateCheckpoint:
         self.ctx, self.run = ctx, run
         self._pending: list[StepOutput] = []  # steps whose losses the host has not read
         self._at_step_end: list[Path] = []  # checkpoints callbacks asked for at the step's end
+        # the periodic checkpoints are written, synced and recorded while training goes on
+        self.commits = CheckpointCommits()
+        self._committing: Path | None = None  # the periodic checkpoint being written
         self.progress = Progress(
             ctx.total_steps,
             enabled=ctx.trainer.progress and ctx.fabric.is_global_zero,
@@ -121,6 +126,7 @@ class LogValidateCheckpoint:
                 ``trainer.checkpoint_dir``; such a file is not the run's newest checkpoint.
         """
         ctx, run = self.ctx, self.run
+        self.wait_for_checkpoints()  # one save at a time
         self.flush()  # never save weights after a non-finite loss
         # the loss is computed before the update: only the weights show an overflowed step
         check_finite_weights(ctx.fabric, ctx.model, run.global_step)
@@ -146,10 +152,33 @@ class LogValidateCheckpoint:
             keep_last_k=ctx.trainer.keep_last_k,
             name=None if path is None else path.name,
             run_id=run.run_id,
+            # a callback's own path is in place when it returns: the callback may read it
+            commits=self.commits if path is None else None,
         )
         if path is None:
-            run.checkpoint = str(saved)
+            self._committing = saved
         return saved
+
+    def wait_for_checkpoints(self) -> None:
+        """Wait until the periodic checkpoint being written is in place (every rank; a
+        failed write raises ``CheckpointWriteError`` on all); it is then the run's newest."""
+        self.commits.wait(self.ctx.fabric)
+        self._committed()
+
+    @contextlib.contextmanager
+    def closed_on_error(self) -> Generator[None]:
+        """Around the loop: on an error leaving it, the checkpoint being written still ends
+        (this process only: no collective), so what was saved before the error stays saved."""
+        try:
+            yield
+        except BaseException:
+            if self.commits.close():
+                self._committed()
+            raise
+
+    def _committed(self) -> None:
+        if self._committing is not None:
+            self.run.checkpoint, self._committing = str(self._committing), None
 
     def flush(self) -> list[tuple[int, float]]:
         """Bring pending step losses to the host (a sync point); stop on a non-finite one.

@@ -6,11 +6,11 @@ job records
 
 - :func:`describe_machine`: the hardware and software fingerprint (host, CPU model and the
   cores the process may use, GPUs through NVML, torch/CUDA/cuDNN versions, SLURM job);
-- :func:`load_sample`: the load average and the CPU share of *other* processes (this
-  process tree's own CPU time subtracted), and on GPUs the SM clock and memory other
-  processes hold, once at the start and once at the end;
 - :func:`calibrate`: a fixed, sub-second device benchmark (a matmul loop at the run's
-  precision, a memory copy) just before and just after training.
+  precision, a memory copy) just before and just after training;
+- :func:`load_during` that calibration (:func:`calibrate_under_load`): the load average
+  and the CPU share of *other* processes while it ran (this process tree's own CPU time
+  subtracted), and on GPUs the SM clock and memory other processes hold.
 
 Linux ``/proc`` is read directly; NVML (``nvidia-ml-py``) only where a GPU driver exists,
 so a CPU-only machine needs neither.
@@ -22,11 +22,14 @@ import os
 import platform
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # kiln-report reads records with FINGERPRINT_KEYS, without torch
     import torch
+
+T = TypeVar("T")
 
 LOAD_WINDOW_S = 0.2
 """How long :func:`load_sample` watches the CPU counters."""
@@ -226,30 +229,47 @@ def _gpu_load(nvml: Any, tree: set[int]) -> list[dict[str, Any]]:
 
 
 def load_sample(window_s: float = LOAD_WINDOW_S) -> dict[str, Any]:
-    """How busy the machine is with work other than this job, over ``window_s`` seconds.
+    """How busy the machine is with work other than this job, over ``window_s`` idle seconds
+    (:func:`load_during` of a sleep)."""
+    return load_during(lambda: time.sleep(window_s))[1]
+
+
+def load_during(work: Callable[[], T]) -> tuple[T, dict[str, Any]]:
+    """``work()``'s result, and how busy the machine was with work other than this job while
+    it ran.
 
     Returns:
-        ``loadavg_1m`` (the kernel's, which counts this job too), ``other_cpu_cores``: how
-        many cores' worth of CPU time other processes used in the window (all CPUs' busy
-        time minus this process tree's), ``window_s``, and on GPUs ``gpus``: per device its
-        ``sm_clock_mhz``, ``other_processes`` and ``other_memory_mb``. ``other_cpu_cores``
-        is ``None`` where ``/proc`` cannot be read.
+        The result and the load: ``loadavg_1m`` (the kernel's, which counts this job too),
+        ``other_cpu_cores``: how many cores' worth of CPU time other processes used in the
+        window (all CPUs' busy time minus this process tree's), ``window_s`` (how long
+        ``work`` ran), and on GPUs ``gpus``: per device its ``sm_clock_mhz``,
+        ``other_processes`` and ``other_memory_mb``. ``other_cpu_cores`` is ``None`` where
+        ``/proc`` cannot be read.
     """
-    sample: dict[str, Any] = {"loadavg_1m": os.getloadavg()[0], "window_s": window_s}
+    sample: dict[str, Any] = {"loadavg_1m": os.getloadavg()[0]}
+    tick: int | None = None
+    busy = own = 0
     try:
-        tick = os.sysconf("SC_CLK_TCK")
         tree = _tree_pids(os.getpid())
-        busy, own, start = _busy_ticks(), _tree_cpu_ticks(tree), time.perf_counter()
-        time.sleep(window_s)
-        busy, own = _busy_ticks() - busy, _tree_cpu_ticks(tree) - own
-        elapsed = time.perf_counter() - start
-        sample["other_cpu_cores"] = round(max(busy - own, 0) / tick / elapsed, 3)
+        busy, own = _busy_ticks(), _tree_cpu_ticks(tree)
+        tick = os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
-        tree, sample["other_cpu_cores"] = {os.getpid()}, None
+        tree = {os.getpid()}
+    start = time.perf_counter()
+    result = work()
+    elapsed = time.perf_counter() - start
+    sample["window_s"] = round(elapsed, 3)
+    sample["other_cpu_cores"] = None
+    if tick is not None:
+        try:
+            busy, own = _busy_ticks() - busy, _tree_cpu_ticks(tree) - own
+            sample["other_cpu_cores"] = round(max(busy - own, 0) / tick / elapsed, 3)
+        except (OSError, ValueError, IndexError):
+            pass
     nvml = _nvml()
     if nvml is not None:
         sample["gpus"] = _gpu_load(nvml, tree)
-    return sample
+    return result, sample
 
 
 def calibration_dtype(precision: str) -> torch.dtype:
@@ -331,3 +351,12 @@ def calibrate(
         "chunks": chunks + copy_chunks,
         "seconds": round(time.perf_counter() - started, 3),
     }
+
+
+def calibrate_under_load(
+    device: str | torch.device = "cpu", precision: str = "32-true"
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`calibrate`, and the load other work put on the machine while it ran
+    (:func:`load_during`): the load that could have slowed that very calibration, in one
+    sub-second window instead of a calibration and a separate idle one."""
+    return load_during(lambda: calibrate(device, precision))

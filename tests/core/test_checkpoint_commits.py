@@ -1,7 +1,7 @@
-"""The loop's periodic checkpoints are written, fsynced, renamed and recorded in a thread while
-training goes on: the run does not wait for the disk, yet each checkpoint is in place (and
-recorded) before the next save, when ``fit`` returns, and when an error leaves it; a write that
-fails there fails the run naming the file, with the earlier checkpoints intact."""
+"""The loop's periodic checkpoints are fsynced, renamed and recorded in a thread while training
+goes on: the run does not wait for the disk, yet each checkpoint is in place (and recorded)
+before the next save, when ``fit`` returns, and when an error leaves it; a sync that fails
+there fails the run naming the file, with the earlier checkpoints intact."""
 
 from __future__ import annotations
 
@@ -53,16 +53,16 @@ def test_training_goes_on_while_a_checkpoint_is_written_and_fit_returns_it_in_pl
     tmp_path, monkeypatch
 ):
     probe = StepProbe()
-    write = checkpoint_module.write_synced
+    sync = checkpoint_module.fsync_path
     overlapped: list[bool] = []
 
-    def slow_write(path, data):
+    def slow_sync(path):
         if path.name.startswith("step-00000002"):
             # a synchronous save would wait here for ever: the next step cannot start
             overlapped.append(probe.moved_on.wait(timeout=30))
-        write(path, data)
+        sync(path)
 
-    monkeypatch.setattr(checkpoint_module, "write_synced", slow_write)
+    monkeypatch.setattr(checkpoint_module, "fsync_path", slow_sync)
     result = fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path), callbacks=[probe])
     assert overlapped == [True]
     ckpt = tmp_path / "ckpt"
@@ -86,22 +86,20 @@ def test_training_goes_on_while_a_checkpoint_is_written_and_fit_returns_it_in_pl
     assert saved["global_step"] == 2  # the state of step 2, not of a later step
 
 
-def test_a_write_that_fails_in_the_background_fails_the_run_naming_it(tmp_path, monkeypatch):
-    write = checkpoint_module.write_synced
+def test_a_sync_that_fails_in_the_background_fails_the_run_naming_it(tmp_path, monkeypatch):
+    sync = checkpoint_module.fsync_path
 
-    def full_disk(path, data):
+    def failing_disk(path):
         if path.name.startswith("step-00000004"):
-            with open(path, "wb") as handle:  # half of it, then the disk is full
-                handle.write(bytes(data)[: len(data) // 2])
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        write(path, data)
+            raise OSError(errno.EIO, os.strerror(errno.EIO))  # the disk lost the write
+        sync(path)
 
-    monkeypatch.setattr(checkpoint_module, "write_synced", full_disk)
+    monkeypatch.setattr(checkpoint_module, "fsync_path", failing_disk)
     with pytest.raises(CheckpointWriteError) as caught:
         fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path))
     ckpt = tmp_path / "ckpt"
     message = str(caught.value)
-    assert f"could not write checkpoint {ckpt / 'step-00000004.ckpt'} (No space left" in message
+    assert f"could not write checkpoint {ckpt / 'step-00000004.ckpt'} (Input/output" in message
     assert "no partial file is left and the earlier checkpoints are intact" in message
     assert sorted(p.name for p in ckpt.iterdir()) == ["run.json", "step-00000002.ckpt"]
     assert damage(ckpt / "step-00000002.ckpt") is None
@@ -121,14 +119,14 @@ def test_an_error_after_a_save_leaves_that_checkpoint_in_place(tmp_path, monkeyp
             if self.handle.global_step == 2:
                 raise RuntimeError("step 3 fails")
 
-    write = checkpoint_module.write_synced
+    sync = checkpoint_module.fsync_path
     release = threading.Event()
 
-    def held_write(path, data):
-        release.wait(timeout=2)  # still writing when step 3 fails
-        write(path, data)
+    def held_sync(path):
+        release.wait(timeout=2)  # still syncing when step 3 fails
+        sync(path)
 
-    monkeypatch.setattr(checkpoint_module, "write_synced", held_write)
+    monkeypatch.setattr(checkpoint_module, "fsync_path", held_sync)
     with pytest.raises(RuntimeError, match="step 3 fails") as caught:
         fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path), callbacks=[FailsAtStep3()])
     ckpt = tmp_path / "ckpt"

@@ -170,17 +170,17 @@ class Killer(Logger):
     def _kill_in_save(step: int) -> None:
         from kiln.core.checkpoints import checkpoint
 
-        write = checkpoint._write_file  # writes the temp file a save renames into place
+        write = checkpoint._save_file  # writes the temp file a save renames into place
 
-        def write_then_die(temp, final, data):
-            digest = write(temp, final, data)
+        def write_then_die(temp, state):
+            digest = write(temp, state)
             if f"step-{step:08d}" in temp.name:
                 data = temp.read_bytes()
                 temp.write_bytes(data[: len(data) // 2])  # the write is cut off here
                 os.kill(os.getpid(), signal.SIGKILL)
             return digest
 
-        checkpoint._write_file = write_then_die  # this worker process only
+        checkpoint._save_file = write_then_die  # this worker process only
 
 
 class KillableToy(ToyTokenModule):

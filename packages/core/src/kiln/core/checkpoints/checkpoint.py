@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import io
 import logging
 import os
 import pickle
@@ -26,11 +25,10 @@ import threading
 import warnings
 import zipfile
 from collections.abc import Callable, Generator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 import torch
@@ -38,12 +36,17 @@ import torch.distributed as dist
 from lightning.fabric import Fabric
 from lightning.fabric.strategies.ddp import DDPStrategy
 from lightning.fabric.strategies.single_device import SingleDeviceStrategy
+
+# lightning re-exports lightning_utilities' function, whose `function` is a bare Callable
+from lightning.fabric.utilities.apply_func import (
+    apply_to_collection,  # pyright: ignore[reportPrivateImportUsage, reportUnknownVariableType]
+)
 from lightning.fabric.wrappers import _unwrap_objects  # pyright: ignore[reportPrivateUsage]
 from torch._dynamo.eval_frame import OptimizedModule
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.utils.hooks import RemovableHandle
 
-from kiln.core.atomic import TEMP_SUFFIX, fsync_path, replace_synced, sha256_of, write_synced
+from kiln.core.atomic import TEMP_SUFFIX, fsync_path, replace_synced, sha256_of
 from kiln.core.checkpoints.paths import check_not_a_plain_directory
 from kiln.core.checkpoints.rundir import (
     CHECKPOINT_NAME,
@@ -361,13 +364,15 @@ def save_checkpoint(
 
     to_save = {**state, "rng": _gather_rng_states()}
     record = partial(_commit, directory, temp, final, keep_last_k, run_id, name is not None)
+    one_file = isinstance(fabric.strategy, _PLAIN_STATE_STRATEGIES)
     with _without_compiled_prefixes(to_save):
-        serialized = _serialize(fabric, to_save)
-        problem = _write_sharded(fabric, temp, final, to_save) if serialized is None else None
-    if serialized is None:
-        record = partial(record, None)  # a directory's digest: taken of the files on disk
-    elif fabric.is_global_zero:
-        problem, record = _write_one_file(temp, final, serialized, record, commits)
+        if not one_file:  # sharded: every rank writes its part now
+            problem = _write_sharded(fabric, temp, final, to_save)
+            record = partial(record, None)  # a directory's digest: taken of its files on disk
+        elif fabric.is_global_zero:
+            problem, record = _write_one_file(fabric, temp, final, to_save, record, commits)
+        else:
+            problem = None
     problem = fabric.broadcast(problem)  # all ranks, or none
     if problem is not None:
         raise CheckpointWriteError(problem)
@@ -378,49 +383,83 @@ def save_checkpoint(
 
 
 def _write_one_file(
+    fabric: Fabric,
     temp: Path,
     final: Path,
-    serialized: io.BytesIO,
+    state: dict[str, Any],
     record: Callable[[str], None],
     commits: CheckpointCommits | None,
 ) -> tuple[str | None, Callable[[], None] | None]:
-    """Rank 0's write of a one-file checkpoint: now, or handed to ``commits`` (with its
-    record) to finish in a thread.
+    """Rank 0's one-file checkpoint: ``torch.save`` into ``temp`` (what ``fabric.save`` does
+    for these strategies, but staged in the checkpoint's own directory: Lightning's writer
+    stages in the system temp dir and copies across), then its fsync, rename and record:
+    here, or handed to ``commits`` to finish in a thread (the bytes are on their way to disk
+    once ``torch.save`` returns, so training may move the weights on).
 
     Returns:
-        Why it failed (or ``None``), and what is left to do here: record the written file
-        (``None``: nothing, the thread does it or the write failed).
+        Why it failed (or ``None``), and what is left to do here (``None``: nothing, the
+        thread does it or the write failed).
     """
-    data = serialized.getbuffer()
-    if shutil.disk_usage(final.parent).free < data.nbytes:  # fail before writing a byte
-        error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return _write_failure(final, data.nbytes, error), None
-    if commits is not None:
-        commits.submit(final, lambda: record(_write_file(temp, final, data)))
-        return None, None
-    try:
-        digest = _write_file(temp, final, data)
-    except CheckpointWriteError as error:
-        return str(error), None
-    return None, partial(record, digest)
-
-
-def _serialize(fabric: Fabric, state: dict[str, Any]) -> io.BytesIO | None:
-    """``state`` as the bytes of one ``torch.save`` file on rank 0 (an empty buffer on the
-    other ranks of a one-file strategy), or ``None`` under a sharded strategy.
-
-    What ``fabric.save`` does for these strategies, but into memory: the file is then staged
-    in the checkpoint's own directory (Lightning's writer stages in the system temp dir and
-    copies across), and the bytes are fixed before training moves the weights on.
-    """
-    if not isinstance(fabric.strategy, _PLAIN_STATE_STRATEGIES):
-        return None
     convert = fabric.strategy._convert_stateful_objects_in_state  # pyright: ignore[reportPrivateUsage]
     converted = convert(_unwrap_objects(state), {})
-    buffer = io.BytesIO()
-    if fabric.is_global_zero:
-        torch.save(converted, buffer)
-    return buffer
+    size = _tensor_bytes(converted)
+    try:
+        if shutil.disk_usage(final.parent).free < size:  # fail before writing a byte
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        digest = _save_file(temp, converted)
+        if commits is None:
+            fsync_path(temp)
+    except OSError as error:
+        _remove(temp)
+        return _write_failure(final, size, error), None
+    if commits is None:
+        return None, partial(record, digest)
+
+    def commit() -> None:
+        try:
+            fsync_path(temp)
+        except OSError as error:
+            _remove(temp)
+            raise CheckpointWriteError(_write_failure(final, size, error)) from error
+        record(digest)
+
+    commits.submit(final, commit)
+    return None, None
+
+
+class _HashingWriter:
+    """A file's ``write`` that also feeds the sha256 of everything written: the checksum of
+    the very bytes torch writes, without reading the file back."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle, self.sha256 = handle, hashlib.sha256()
+
+    def write(self, data: bytes | memoryview) -> int:
+        self.sha256.update(data)
+        return self.handle.write(data)
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def _save_file(temp: Path, state: dict[str, Any]) -> str:
+    """``torch.save`` ``state`` into ``temp`` (flushed, not yet synced); its sha256."""
+    with open(temp, "wb") as handle:
+        writer = _HashingWriter(handle)
+        torch.save(state, writer)  # pyright: ignore[reportArgumentType]  (a file-like writer)
+        writer.flush()
+    return writer.sha256.hexdigest()
+
+
+def _tensor_bytes(state: Any) -> int:
+    """The tensor bytes in ``state``: about what its ``torch.save`` file needs on disk."""
+    sizes: list[int] = []
+
+    def add(tensor: torch.Tensor) -> None:
+        sizes.append(tensor.nbytes)
+
+    apply_to_collection(state, torch.Tensor, add)
+    return sum(sizes)
 
 
 def _write_sharded(fabric: Fabric, temp: Path, final: Path, state: dict[str, Any]) -> str | None:
@@ -436,24 +475,6 @@ def _write_sharded(fabric: Fabric, temp: Path, final: Path, state: dict[str, Any
             _remove(temp)
         return _write_failure(final, None, error)
     return None
-
-
-def _write_file(temp: Path, final: Path, data: memoryview) -> str:
-    """Write ``data`` to ``temp`` and fsync it; its sha256, hashed from the very bytes while
-    they are written and synced (hashlib and the writes release the GIL) instead of reading
-    the file back after.
-
-    Raises:
-        CheckpointWriteError: The write failed (a full disk); no partial file is left.
-    """
-    try:
-        with ThreadPoolExecutor(1) as pool:
-            digest = pool.submit(lambda: hashlib.sha256(data).hexdigest())
-            write_synced(temp, data)
-            return digest.result()
-    except OSError as error:
-        _remove(temp)
-        raise CheckpointWriteError(_write_failure(final, data.nbytes, error)) from error
 
 
 def _commit(
@@ -488,11 +509,6 @@ class CheckpointCommits:
         self._path: Path | None = None
         self._error: BaseException | None = None
 
-    @property
-    def pending(self) -> Path | None:
-        """The checkpoint being committed, if any."""
-        return self._path
-
     def submit(self, path: Path, commit: Callable[[], None]) -> None:
         """Run ``commit`` (which writes ``path``) in a thread; nothing may be pending."""
         if self._thread is not None:
@@ -516,18 +532,14 @@ class CheckpointCommits:
         self._thread, self._path, self._error = None, None, None
         return path, error
 
-    def wait(self, fabric: Fabric) -> Path | None:
+    def wait(self, fabric: Fabric) -> None:
         """Wait until the pending checkpoint is in place; every rank calls it (a failure on
         rank 0 is raised on all of them).
-
-        Returns:
-            The checkpoint that was committed (rank 0; ``None`` on the others and when
-            nothing was pending).
 
         Raises:
             CheckpointWriteError: Rank 0 could not write it (the earlier ones are intact).
         """
-        path, error = self._join()
+        _, error = self._join()
         problem = None if error is None else str(error)
         if fabric.world_size > 1:
             problem = fabric.broadcast(problem)
@@ -535,7 +547,6 @@ class CheckpointCommits:
             raise error
         if problem is not None:
             raise CheckpointWriteError(problem)
-        return path
 
     def close(self) -> bool:
         """Wait for the pending checkpoint on this process alone (an error path: no

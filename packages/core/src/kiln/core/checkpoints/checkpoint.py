@@ -25,6 +25,7 @@ import threading
 import warnings
 import zipfile
 from collections.abc import Callable, Generator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -429,14 +430,23 @@ def _write_one_file(
 
 class _HashingWriter:
     """A file's ``write`` that also feeds the sha256 of everything written: the checksum of
-    the very bytes torch writes, without reading the file back."""
+    the very bytes torch writes, without reading the file back. A large chunk (a tensor's
+    storage) is hashed in a second thread while it is written (hashlib and the write both
+    release the GIL), and done before ``write`` returns: torch may reuse its memory after."""
 
-    def __init__(self, handle: BinaryIO) -> None:
-        self.handle, self.sha256 = handle, hashlib.sha256()
+    _PARALLEL_BYTES = 1 << 20
+
+    def __init__(self, handle: BinaryIO, pool: ThreadPoolExecutor) -> None:
+        self.handle, self.pool, self.sha256 = handle, pool, hashlib.sha256()
 
     def write(self, data: bytes | memoryview) -> int:
-        self.sha256.update(data)
-        return self.handle.write(data)
+        if len(data) < self._PARALLEL_BYTES:
+            self.sha256.update(data)
+            return self.handle.write(data)
+        hashed = self.pool.submit(self.sha256.update, data)
+        written = self.handle.write(data)
+        hashed.result()
+        return written
 
     def flush(self) -> None:
         self.handle.flush()
@@ -444,8 +454,8 @@ class _HashingWriter:
 
 def _save_file(temp: Path, state: dict[str, Any]) -> str:
     """``torch.save`` ``state`` into ``temp`` (flushed, not yet synced); its sha256."""
-    with open(temp, "wb") as handle:
-        writer = _HashingWriter(handle)
+    with open(temp, "wb") as handle, ThreadPoolExecutor(1) as pool:
+        writer = _HashingWriter(handle, pool)
         torch.save(state, writer)  # pyright: ignore[reportArgumentType]  (a file-like writer)
         writer.flush()
     return writer.sha256.hexdigest()

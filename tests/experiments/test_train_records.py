@@ -112,6 +112,7 @@ def test_a_refused_attempt_keeps_the_record_and_the_wandb_run(finished, tmp_path
     assert after == {k: v for k, v in before.items() if k != "attempts"}  # ok, history, metrics
     assert [a["ended"] for a in attempts] == ["ok", "refused"]
     assert error in attempts[-1]["error"] and attempts[-1]["error_stage"] == "config"
+    assert attempts[-1]["at_step"] == before["global_step"]  # where the job still stands
     assert json.loads((job_dir / "attempts.json").read_text()) == attempts
     assert _tree(job_dir / "wandb") == wandb_before  # its W&B run was never reopened
 

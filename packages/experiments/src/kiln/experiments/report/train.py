@@ -102,7 +102,8 @@ def run_name(record: dict[str, Any]) -> str:
 
 
 def _devices(record: dict[str, Any]) -> int:
-    return int(record.get("devices") or 1) * int(record.get("num_nodes") or 1)
+    """The job's processes over all its nodes (the record's ``devices`` counts every node)."""
+    return int(record.get("devices") or 1)
 
 
 def _strategy(record: dict[str, Any]) -> str | None:

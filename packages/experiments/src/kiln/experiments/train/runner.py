@@ -182,12 +182,14 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             life.record["status"] = "requeued"  # the next attempt resumes it
         if attempts:
             end, details = _attempt_end(exc, life.record), {}
+            step = TrainRecord.from_json(life.record).global_step
             if end == "failed" and life.refused:  # nothing trained: the record stays
                 end = "refused"
                 details = {k: life.record[k] for k in ("error", "error_stage")}
+                if life.kept is not None:  # the job still stands where its last attempt left it
+                    step = TrainRecord.from_json(life.kept).global_step
             elif end == "failed":  # kept once a later attempt ends ok (a lost node's name)
                 details = {"error": life.record.get("error")}
-            step = TrainRecord.from_json(life.record).global_step
             job_resume.end_attempt(job.output_dir, attempts, end, step, **details)
             life.record["attempts"] = attempts
 

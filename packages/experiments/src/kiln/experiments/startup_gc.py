@@ -2,7 +2,8 @@
 
 CPython runs a full collection whenever the objects it tracks have grown by a quarter since
 the last one, and each scans every object alive. A training job's imports and set-up
-(torch, Lightning, transformers, W&B, the model: about 600k objects) so trigger eight full
+(torch, Lightning, transformers, W&B, the model: 600k objects after the imports, 1M by the
+first step) so trigger eight full
 collections before the first step, about 0.8 s on the 2-core CPU machine, then the loop's
 own ``gc.collect()`` (``kiln.core.telemetry.memory``) scans them once more; almost nothing
 of it is garbage. So an entry point holds automatic collection off while it starts
@@ -39,8 +40,9 @@ def collection_held() -> Generator[None]:
 def startup_frozen() -> Generator[None]:
     """Around a job's measured work, inside :func:`collection_held`: what exists now is frozen
     out of collections and automatic collection runs again. Afterwards the frozen objects
-    are collectable again, so a sweep's later jobs in the same process do not keep an
-    earlier job's garbage. Outside :func:`collection_held` (``run_job`` called from Python),
+    are collectable again: in a sweep's later jobs in the same process, garbage an earlier
+    job left that no collection reached before the next job froze it waits until that job
+    ends, and no longer. Outside :func:`collection_held` (``run_job`` called from Python),
     nothing changes."""
     if not _held:
         yield

@@ -31,8 +31,6 @@ if TYPE_CHECKING:  # kiln-report reads records with FINGERPRINT_KEYS, without to
 
 T = TypeVar("T")
 
-LOAD_WINDOW_S = 0.2
-"""How long :func:`load_sample` watches the CPU counters."""
 CALIBRATION_BUDGET_S = 0.15
 """Seconds each of :func:`calibrate`'s two loops (matmul, copy) runs for."""
 
@@ -226,12 +224,6 @@ def _gpu_load(nvml: Any, tree: set[int]) -> list[dict[str, Any]]:
             }
         )
     return gpus
-
-
-def load_sample(window_s: float = LOAD_WINDOW_S) -> dict[str, Any]:
-    """How busy the machine is with work other than this job, over ``window_s`` idle seconds
-    (:func:`load_during` of a sleep)."""
-    return load_during(lambda: time.sleep(window_s))[1]
 
 
 def load_during(work: Callable[[], T]) -> tuple[T, dict[str, Any]]:

@@ -15,7 +15,7 @@ from kiln.experiments.lifecycle import Lifecycle
 from kiln.experiments.trace import compile_trace, log_trace
 from kiln.experiments.tracking.summary import wandb_summary
 from kiln.experiments.tracking.tags import run_tags
-from kiln.experiments.tracking.tracker import Tracker
+from kiln.experiments.tracking.tracker import Tracker, import_early
 
 
 def measure(settings: BenchConfig, resolved: dict[str, Any]) -> dict[str, Any]:
@@ -110,6 +110,7 @@ def run_bench_job(cfg: DictConfig, job: JobInfo) -> dict[str, Any]:
         "repeats": settings.bench.repeats,
         "config": resolved,
     }
+    import_early(settings.logger)  # before the model's and Fabric's modules
     with Lifecycle(job, BENCH, fields, summarize=_wandb_summary) as life:
         tags = run_tags(
             label,

@@ -11,6 +11,7 @@ from kiln.experiments.stages import stage
 from kiln.experiments.trace import compile_trace, log_trace
 from kiln.experiments.tracking.summary import wandb_summary
 from kiln.experiments.tracking.tags import run_tags
+from kiln.experiments.tracking.tracker import import_early
 from kiln.experiments.train import preflight
 from kiln.experiments.train import resume as job_resume
 from kiln.experiments.train.record import TrainRecord
@@ -151,6 +152,8 @@ def _checked_config(
     life.record["config"] = resolved
     settings = validate(cfg)  # every __post_init__ range check, before any work
     life.record.update(TrainRecord.config_fields(settings))
+    if life.writer:
+        import_early(settings.logger)  # before the model's and Fabric's modules
     from kiln.models.plugins import load_plugins
 
     load_plugins(settings.plugins)

@@ -97,6 +97,7 @@ def main(out: Path, overrides: list[str]) -> None:
         "betas": list(opt["betas"]),
         "eps": opt["eps"],
         "weight_decay": opt["weight_decay"],
+        "fused": opt["fused"],
         "schedule": sched.name,
         "schedule_warmup_steps": sched.warmup(steps),
         "min_lr_ratio": sched.min_lr_ratio,

@@ -57,8 +57,9 @@ def lr_factor(step: int, job: dict[str, Any]) -> float:
 
 
 def optimizer_and_schedule(model: Any, job: dict[str, Any]) -> tuple[Any, Any]:
-    """AdamW with kiln's decay groups (the parameter names in ``job["no_decay"]`` get none)
-    and kiln's per-step schedule."""
+    """AdamW with kiln's decay groups (the parameter names in ``job["no_decay"]`` get none),
+    kiln's implementation (``job["fused"]``: the fused kernel, kiln's and HF ``Trainer``'s
+    default; a Lightning user asks for it with ``fused=True``) and kiln's per-step schedule."""
     import torch
 
     no_decay = set(job["no_decay"])
@@ -67,7 +68,10 @@ def optimizer_and_schedule(model: Any, job: dict[str, Any]) -> tuple[Any, Any]:
         {"params": [p for n, p in named if n not in no_decay], "weight_decay": job["weight_decay"]},
         {"params": [p for n, p in named if n in no_decay], "weight_decay": 0.0},
     ]
-    optimizer = torch.optim.AdamW(groups, lr=job["lr"], betas=job["betas"], eps=job["eps"])
+    fused = True if job["fused"] else None  # None: torch's default (the loop on the CPU)
+    optimizer = torch.optim.AdamW(
+        groups, lr=job["lr"], betas=job["betas"], eps=job["eps"], fused=fused
+    )
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, job))
     return optimizer, schedule
 

@@ -95,3 +95,54 @@ def test_a_warmup_shorter_than_the_run_says_nothing(caplog):
         build_scheduler(opt, SchedulerConfig(name="cosine", warmup_steps=29), total_steps=30)
         build_scheduler(opt, SchedulerConfig(name="linear", warmup_ratio=0.9), total_steps=30)
     assert caplog.records == []
+
+
+def _train(net: torch.nn.Module, optimizer: torch.optim.Optimizer, steps: range) -> None:
+    for step in steps:
+        inputs = torch.arange(8).remainder(10) + step % 3
+        loss = net.head(net.norm(net.lin(net.emb(inputs)))).logsumexp(-1).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_adamw_is_fused_by_default_and_gives_the_per_tensor_loops_update(fused):
+    """The default fused kernel makes the same updates as torch's per-tensor AdamW (to float64
+    rounding over 20 steps, both decay groups); ``fused=false`` is torch's default."""
+    torch.manual_seed(0)
+    net = Net().double()
+    reference = Net().double()
+    reference.load_state_dict(net.state_dict())
+    optimizer = build_optimizer(net, OptimizerConfig(lr=1e-2, weight_decay=0.1, fused=fused))
+    assert all(group["fused"] is (True if fused else None) for group in optimizer.param_groups)
+    assert OptimizerConfig().fused
+    loop = torch.optim.AdamW(parameter_groups(reference, 0.1), lr=1e-2, foreach=False, fused=False)
+    _train(net, optimizer, range(20))
+    _train(reference, loop, range(20))
+    for (name, got), want in zip(
+        net.state_dict().items(), reference.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14, msg=name)
+
+
+def test_a_fused_optimizers_checkpoint_resumes_fused_and_bit_exact():
+    torch.manual_seed(0)
+    net = Net()
+    start = {k: v.clone() for k, v in net.state_dict().items()}
+    optimizer = build_optimizer(net, OptimizerConfig(lr=1e-2))
+    _train(net, optimizer, range(10))
+    want = {k: v.clone() for k, v in net.state_dict().items()}
+
+    net.load_state_dict(start)
+    optimizer = build_optimizer(net, OptimizerConfig(lr=1e-2))
+    _train(net, optimizer, range(5))
+    saved = {k: v.clone() for k, v in net.state_dict().items()}, optimizer.state_dict()
+    resumed = Net()
+    resumed.load_state_dict(saved[0])
+    optimizer = build_optimizer(resumed, OptimizerConfig(lr=1e-2, fused=False))
+    optimizer.load_state_dict(saved[1])  # the checkpoint's implementation comes back with it
+    assert all(group["fused"] for group in optimizer.param_groups)
+    _train(resumed, optimizer, range(5, 10))
+    for name, value in resumed.state_dict().items():
+        assert torch.equal(value, want[name]), name

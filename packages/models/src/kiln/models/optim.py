@@ -34,6 +34,12 @@ class OptimizerConfig:
     """Adam's moving-average coefficients."""
     eps: float = 1e-8
     """Adam's denominator epsilon."""
+    fused: bool = True
+    """torch's fused AdamW kernel (one kernel per parameter, on the CPU and CUDA; HF
+    ``Trainer``'s default): the same update as the per-tensor loop, to float rounding, at a
+    fifth of its time on the CPU. ``false``: torch's default (``foreach`` on CUDA, the
+    per-tensor loop on the CPU). A resumed run keeps the implementation its checkpoint
+    was saved with (torch restores it with the optimizer's state)."""
 
     def __post_init__(self) -> None:
         if self.name not in OPTIMIZERS:
@@ -106,7 +112,8 @@ def build_optimizer(model: nn.Module, config: OptimizerConfig) -> torch.optim.Op
     import torch
 
     groups = parameter_groups(model, config.weight_decay)
-    return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, eps=config.eps)
+    fused = True if config.fused else None  # None: torch picks foreach or the loop
+    return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, eps=config.eps, fused=fused)
 
 
 def lr_factor(step: int, total_steps: int, config: SchedulerConfig) -> float:

@@ -98,6 +98,21 @@ def label_head(num_labels: int | None, data: Any, default: int) -> dict[str, Any
     return head
 
 
+def _own_mapped_weights(model: torch.nn.Module) -> None:
+    """Make ``model``'s parameters fp32 masters in memory of their own.
+
+    ``from_pretrained`` leaves a safetensors checkpoint's weights as views of its file
+    mapping (private, copy-on-write): the first optimizer step would fault its pages in one
+    by one (0.3 s for MiniLM's 90 MB on the CPU, against 0.03 s for one copy here). Weights
+    of another dtype are copied by the conversion to fp32 (Fabric's precision plugin casts).
+    """
+    mapped = {id(param): param.data_ptr() for param in model.parameters()}
+    model.float()
+    for param in model.parameters():  # a tied weight is one Parameter
+        if param.data_ptr() == mapped[id(param)]:
+            param.data = param.data.clone()
+
+
 class HFModule(KilnModule):
     """Shared plumbing of the HF wrappers: building, tokenizer, export.
 
@@ -151,12 +166,13 @@ class HFModule(KilnModule):
         self._check_arguments(base, head_kwargs, overrides)
         if pretrained is not None:
             self.model = auto.from_pretrained(str(pretrained), **kwargs, **overrides)
+            _own_mapped_weights(self.model)
         else:
             config = transformers.AutoConfig.for_model(
                 arch, **{**self._token_defaults(), **head_kwargs, **overrides}
             )
             self.model = auto.from_config(config, attn_implementation=attn_implementation)
-        self.model.float()  # train in fp32 masters; Fabric's precision plugin casts
+            self.model.float()  # train in fp32 masters; Fabric's precision plugin casts
 
     def set_activation_checkpointing(self, enabled: bool) -> None:
         """kiln.core's hook (``trainer.activation_checkpointing``): the model's own

@@ -146,3 +146,40 @@ def test_a_fused_optimizers_checkpoint_resumes_fused_and_bit_exact():
     _train(resumed, optimizer, range(5, 10))
     for name, value in resumed.state_dict().items():
         assert torch.equal(value, want[name]), name
+
+
+@pytest.mark.parametrize("name", ["bert-tiny-cls", "gpt2-tiny-lm", "resnet-tiny", "vit-tiny"])
+@pytest.mark.parametrize("weight_decay", [0.05, 0.0])
+def test_the_decay_groups_are_timms(name, weight_decay):
+    """The same split as timm's ``param_groups_weight_decay`` (the reference), parameter by
+    parameter and in order, for HF and TIMM models."""
+    import kit
+    from timm.optim import param_groups_weight_decay
+
+    model = kit.tiny_model(name)
+    decay, no_decay = parameter_groups(model, weight_decay)
+    reference = param_groups_weight_decay(model, 1.0)  # 1.0: timm keeps two groups
+    by_rate = {group["weight_decay"]: [id(p) for p in group["params"]] for group in reference}
+    assert [id(p) for p in decay["params"]] == by_rate[1.0]
+    assert [id(p) for p in no_decay["params"]] == by_rate[0.0]
+    assert decay["weight_decay"] == weight_decay and no_decay["weight_decay"] == 0.0
+
+
+def test_an_hf_models_optimizer_imports_no_timm():
+    """timm's import (its model registry, and W&B through timm.utils) cost an HF job
+    0.2-0.8 s for a rule of two lines."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from kiln.models.hf import HFSequenceClassifier\n"
+        "from kiln.models.optim import OptimizerConfig, build_optimizer\n"
+        "model = HFSequenceClassifier(arch='bert', num_labels=2, config_overrides=dict("
+        "hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8))\n"
+        "build_optimizer(model, OptimizerConfig())\n"
+        "print('timm imported:', 'timm' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "timm imported: False" in proc.stdout, proc.stdout

@@ -93,17 +93,19 @@ class SchedulerConfig:
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Split trainable parameters into a decayed group and a no-decay group.
 
-    The split is timm's: biases and every 1-D parameter (norm weights and scales) get no
-    decay; matrices (embeddings, linear and conv weights) do. Tied weights appear once.
+    The split is timm's (``param_groups_weight_decay``): biases and every 1-D parameter (norm
+    weights and scales) get no decay; matrices (embeddings, linear and conv weights) do.
+    Tied weights appear once. Both groups exist, decay first, whatever ``weight_decay`` is,
+    so optimizer checkpoints have one layout.
     """
-    from timm.optim import param_groups_weight_decay  # lazy, like the other model libraries
-
-    # timm merges everything into one group when weight_decay is 0; split with 1.0, then set
-    # the rate, so the groups (decay first) and optimizer checkpoints have one layout.
-    split = {g["weight_decay"]: g["params"] for g in param_groups_weight_decay(model, 1.0)}
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
+    for name, param in model.named_parameters():  # a tied weight once, under its first name
+        if param.requires_grad:
+            (no_decay if param.ndim <= 1 or name.endswith(".bias") else decay).append(param)
     return [
-        {"params": split.get(1.0, []), "weight_decay": weight_decay},
-        {"params": split.get(0.0, []), "weight_decay": 0.0},
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
     ]
 
 

@@ -173,6 +173,29 @@ def test_non_finite_weights_never_reach_a_checkpoint(tmp_path) -> None:
     assert not all(torch.isfinite(v).all() for v in weights(module).values())
 
 
+class _OneRank:
+    world_size = 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_the_finite_weights_check_counts_exactly_and_lets_an_overflowing_sum_pass(dtype):
+    """Finite weights whose sum overflows (half-precision weights near its largest value)
+    pass; a NaN or an inf anywhere fails with the exact count."""
+    from kiln.core.errors import check_finite_weights
+
+    big = torch.nn.Linear(64, 64, dtype=dtype)
+    with torch.no_grad():
+        big.weight.fill_(torch.finfo(dtype).max / 2)  # finite, and 4096 of them overflow
+        big.bias.fill_(1.0)
+    assert not torch.isfinite(big.weight.sum())
+    check_finite_weights(_OneRank(), big, step=3)
+    with torch.no_grad():
+        big.weight[0, :3] = float("nan")
+        big.bias[5] = float("inf")
+    with pytest.raises(NonFiniteWeightsError, match=r"^4 model weights .* after step 3"):
+        check_finite_weights(_OneRank(), big, step=3)
+
+
 def test_resuming_on_another_world_size_fails_naming_both(tmp_path, reference) -> None:
     saved = torch.load(reference["stopped"] / "ckpt" / "step-00000006.ckpt", weights_only=True)
     other = tmp_path / "two-ranks.ckpt"

@@ -165,6 +165,7 @@ def test_the_decay_groups_are_timms(name, weight_decay):
     assert decay["weight_decay"] == weight_decay and no_decay["weight_decay"] == 0.0
 
 
+@pytest.mark.process  # a fresh interpreter's imports are the point
 def test_an_hf_models_optimizer_imports_no_timm():
     """timm's import (its model registry, and W&B through timm.utils) cost an HF job
     0.2-0.8 s for a rule of two lines."""

@@ -35,14 +35,21 @@ $(STAMP): uv.lock pyproject.toml packages/core/pyproject.toml packages/models/py
 train: setup
 	$(RUN) kiln-train $(ARGS)
 
+# The fast tier runs on pytest-xdist workers (one per core, at most 4; a test module's tests
+# share one worker, so its module-scoped fixtures train once). XDIST= runs it in one process.
+XDIST ?= -n auto --maxprocesses=4 --dist loadscope
+FAST := not slow and not gpu and not process and not slurm
+
 # The fast tier: every guarantee at least once, in-process where the process is not the point.
 test: setup
-	$(RUN) pytest -m "not slow and not gpu and not process and not slurm" $(ARGS)
+	$(RUN) pytest $(XDIST) -m "$(FAST)" $(ARGS)
 
-# The full tier: + the tests whose point is a real process (signals, SIGKILL, exit codes,
-# worker launches) and, when a cluster answers, SLURM's. `.ci/run` calls it.
+# The full tier: the fast tier, then (one at a time: they time signals and share the SLURM
+# cluster) the tests whose point is a real process (signals, SIGKILL, exit codes, worker
+# launches) and, when a cluster answers, SLURM's. `.ci/run` calls it.
 test-all: setup
-	$(RUN) pytest -m "not slow and not gpu$(if $(SLURM_UP),, and not slurm)" $(ARGS)
+	$(RUN) pytest $(XDIST) -m "$(FAST)" $(ARGS)
+	$(RUN) pytest -m "(process or slurm) and not slow and not gpu$(if $(SLURM_UP),, and not slurm)" $(ARGS)
 
 # Multi-minute launches and compiles; GPU tests skip themselves without a GPU.
 test-slow: setup

@@ -224,10 +224,12 @@ def test_rng_state_survives_checkpoint(fabric, tmp_path):
     assert len(torch.load(path, weights_only=True)["rng"]) == 1
 
 
-def test_run_json_records_the_sha256_of_each_file_on_disk(fabric, tmp_path):
+def test_run_json_records_the_checksum_of_each_file_on_disk(fabric, tmp_path):
     """The checksum is taken of the bytes as written (hashed while they are written): it is
-    the sha256 of the file that was renamed into place, for step and named checkpoints."""
+    the XXH3-128 of the file that was renamed into place, for step and named checkpoints."""
     import hashlib
+
+    import xxhash
 
     from kiln.core.checkpoints.rundir import read_run_file
 
@@ -241,9 +243,37 @@ def test_run_json_records_the_sha256_of_each_file_on_disk(fabric, tmp_path):
 
     def on_disk(path):
         with open(path, "rb") as handle:
-            return hashlib.file_digest(handle, "sha256").hexdigest()
+            return "xxh3_128:" + hashlib.file_digest(handle, xxhash.xxh3_128).hexdigest()
 
     recorded = read_run_file(tmp_path)
     assert recorded.checkpoints == {first.name: on_disk(first), second.name: on_disk(second)}
     assert recorded.named == {best.name: on_disk(best)}
     assert on_disk(first) != on_disk(second)
+
+
+def test_a_run_directory_of_an_earlier_release_keeps_resuming_on_its_sha256(fabric, tmp_path):
+    """run.json files written before XXH3 hold bare sha256 digests: an intact checkpoint
+    still passes, a changed one is still named damaged, and the next save records XXH3."""
+    import dataclasses
+    import hashlib
+
+    from kiln.core.checkpoints.rundir import read_run_file, write_run_file
+
+    model, optimizer = _setup(fabric, Net())
+    state = {"model": model, "optimizer": optimizer}
+    _train_step(fabric, model, optimizer)
+    first = save_checkpoint(fabric, tmp_path, 1, state, keep_last_k=3)
+    legacy = hashlib.sha256(first.read_bytes()).hexdigest()
+    write_run_file(
+        tmp_path, dataclasses.replace(read_run_file(tmp_path), checkpoints={first.name: legacy})
+    )
+    assert ckpt.damage(first) is None
+    assert find_latest_checkpoint(tmp_path) == first
+    _train_step(fabric, model, optimizer)
+    second = save_checkpoint(fabric, tmp_path, 2, state, keep_last_k=3)
+    recorded = read_run_file(tmp_path).checkpoints
+    assert recorded[first.name] == legacy and recorded[second.name].startswith("xxh3_128:")
+    data = bytearray(first.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # a byte of tensor data: the zip still opens
+    first.write_bytes(bytes(data))
+    assert "its checksum does not match" in ckpt.damage(first)

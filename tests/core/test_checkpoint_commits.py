@@ -81,7 +81,7 @@ def test_training_goes_on_while_a_checkpoint_is_written_and_fit_returns_it_in_pl
         "step-00000006.ckpt",
     ]
     for name in recorded.checkpoints:
-        assert damage(ckpt / name) is None  # whole, and the bytes its sha256 says
+        assert damage(ckpt / name) is None  # whole, and the bytes its checksum says
     saved = torch.load(ckpt / "step-00000002.ckpt", weights_only=True)
     assert saved["global_step"] == 2  # the state of step 2, not of a later step
 

@@ -76,7 +76,7 @@ def test_explicit_damaged_or_foreign_checkpoint_fails_naming_it(tmp_path, refere
     damaged = tmp_path / "stopped" / "ckpt" / "step-00000006.ckpt"
     shutil.copytree(reference["stopped"], tmp_path / "stopped")
     _overwrite_tensor_bytes(damaged)
-    with pytest.raises(DamagedCheckpointError, match=f"{damaged} is damaged: its sha256"):
+    with pytest.raises(DamagedCheckpointError, match=f"{damaged} is damaged: its checksum"):
         fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path / "a", STEPS, resume=str(damaged)))
     # a zip torch cannot unpickle safely (no checksum to compare outside a run's directory)
     foreign = tmp_path / "foreign.ckpt"

@@ -4,7 +4,6 @@ directory fsynced; a failed write leaves the old file and no temporary one."""
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kiln.core import atomic
-from kiln.core.atomic import atomic_write, sha256_of
+from kiln.core.atomic import atomic_write
 from kiln.core.checkpoints.rundir import RunFile, read_run_file, write_run_file
 from kiln.experiments.job import write_job_json
 
@@ -66,18 +65,6 @@ def test_a_failed_write_keeps_the_old_file_and_no_temporary_one(tmp_path, monkey
     with pytest.raises(OSError):
         write_job_json(tmp_path / "summary.json", {"status": "ok"})
     assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
-
-
-def test_sha256_of_a_file_and_of_a_sharded_checkpoint_directory(tmp_path):
-    (tmp_path / "one.ckpt").write_bytes(b"weights")
-    assert sha256_of(tmp_path / "one.ckpt") == hashlib.sha256(b"weights").hexdigest()
-    shard = tmp_path / "step-2.ckpt"
-    (shard / "sub").mkdir(parents=True)
-    (shard / "meta.pt").write_bytes(b"m")
-    (shard / "sub" / "0.distcp").write_bytes(b"s0")
-    # the value run.json files already hold: each path, a NUL, its bytes, in path order
-    expected = hashlib.sha256(b"meta.pt\0m" + b"sub/0.distcp\0s0").hexdigest()
-    assert sha256_of(shard) == expected
 
 
 def test_write_job_json_writes_strict_json(tmp_path):

@@ -7,7 +7,6 @@ destination, and the directory fsynced so the rename itself survives a crash.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -72,19 +71,3 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> Path:
         temp.unlink(missing_ok=True)
         raise
     return path
-
-
-def sha256_of(path: Path) -> str:
-    """The sha256 of a file's bytes; of a directory (a sharded checkpoint), one sha256 over
-    each file's path and bytes, in path order."""
-    if not path.is_dir():
-        with open(path, "rb") as handle:
-            return hashlib.file_digest(handle, "sha256").hexdigest()
-    # file_digest hashes one file: a directory's digest runs over all of them
-    digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        digest.update(str(file.relative_to(path)).encode() + b"\0")
-        with open(file, "rb") as handle:
-            for block in iter(lambda h=handle: h.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()

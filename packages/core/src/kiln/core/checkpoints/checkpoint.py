@@ -4,7 +4,8 @@ A checkpoint is ``<dir>/step-<global_step:08d>.ckpt``, written to a temporary na
 directory (on its own filesystem, never the system temp dir) and renamed into place only once
 it is complete, so a crash mid-write never spoils the newest good checkpoint; a write that
 fails (a full disk) removes its partial file and names the checkpoint and the space it
-needed. The directory's ``run.json`` (see ``rundir``) then records it with its sha256: only
+needed. The directory's ``run.json`` (see ``rundir``) then records it with its checksum (XXH3-128,
+``checksum``): only
 recorded files are resumed from or pruned, and a file whose bytes changed is reported as
 damaged, by path. Module state dicts never carry
 ``torch.compile``'s ``_orig_mod.`` prefix, so eager and compiled runs share checkpoints.
@@ -15,7 +16,6 @@ Everything is stored as tensors and plain Python values, so checkpoints load wit
 from __future__ import annotations
 
 import errno
-import hashlib
 import logging
 import os
 import pickle
@@ -25,7 +25,6 @@ import threading
 import warnings
 import zipfile
 from collections.abc import Callable, Generator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -47,7 +46,8 @@ from torch._dynamo.eval_frame import OptimizedModule
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.utils.hooks import RemovableHandle
 
-from kiln.core.atomic import TEMP_SUFFIX, fsync_path, replace_synced, sha256_of
+from kiln.core.atomic import TEMP_SUFFIX, fsync_path, replace_synced
+from kiln.core.checkpoints import checksum
 from kiln.core.checkpoints.paths import check_not_a_plain_directory
 from kiln.core.checkpoints.rundir import (
     CHECKPOINT_NAME,
@@ -193,8 +193,8 @@ def damage(path: str | Path) -> str | None:
     expected = None
     if recorded is not None:
         expected = recorded.checkpoints.get(path.name, recorded.named.get(path.name))
-    if expected is not None and sha256_of(path) != expected:
-        return f"its sha256 does not match the one {path.parent / 'run.json'} recorded"
+    if expected is not None and not checksum.matches(path, expected):
+        return f"its checksum does not match the one {path.parent / 'run.json'} recorded"
     if expected is None and path.is_file():  # no run.json to compare with: its own CRC-32s
         with zipfile.ZipFile(path) as archive:
             bad = archive.testzip()
@@ -275,9 +275,9 @@ def _record_and_prune(
     named: bool,
     digest: str | None = None,
 ) -> None:
-    """Record ``final`` with its checksum in ``run.json`` (``digest``, the sha256 of the
+    """Record ``final`` with its checksum in ``run.json`` (``digest``, the checksum of the
     bytes written, or read back from the file); keep this run's newest K files."""
-    digest = digest or sha256_of(final)
+    digest = digest or checksum.checksum_of(final)
     recorded = read_run_file(directory) or RunFile(run_id or new_run_id())
     if run_id is not None and recorded.run_id != run_id:
         raise RuntimeError(
@@ -314,7 +314,7 @@ def save_checkpoint(
 ) -> Path:
     """Save ``state`` atomically as the checkpoint of ``step``; keep the newest ``keep_last_k``.
 
-    Once renamed into place, the file is recorded with its sha256 in the directory's
+    Once renamed into place, the file is recorded with its checksum in the directory's
     ``run.json``; pruning removes only files recorded there.
 
     With ``commits``, the state is serialized here (what it holds is fixed when this
@@ -429,36 +429,28 @@ def _write_one_file(
 
 
 class _HashingWriter:
-    """A file's ``write`` that also feeds the sha256 of everything written: the checksum of
-    the very bytes torch writes, without reading the file back. A large chunk (a tensor's
-    storage) is hashed in a second thread while it is written (hashlib and the write both
-    release the GIL), and done before ``write`` returns: torch may reuse its memory after."""
+    """A file's ``write`` that also feeds the checksum of everything written: the checksum of
+    the very bytes torch writes, without reading the file back (XXH3 hashes faster than the
+    bytes are written)."""
 
-    _PARALLEL_BYTES = 1 << 20
-
-    def __init__(self, handle: BinaryIO, pool: ThreadPoolExecutor) -> None:
-        self.handle, self.pool, self.sha256 = handle, pool, hashlib.sha256()
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle, self.hasher = handle, checksum.new_hasher()
 
     def write(self, data: bytes | memoryview) -> int:
-        if len(data) < self._PARALLEL_BYTES:
-            self.sha256.update(data)
-            return self.handle.write(data)
-        hashed = self.pool.submit(self.sha256.update, data)
-        written = self.handle.write(data)
-        hashed.result()
-        return written
+        self.hasher.update(data)
+        return self.handle.write(data)
 
     def flush(self) -> None:
         self.handle.flush()
 
 
 def _save_file(temp: Path, state: dict[str, Any]) -> str:
-    """``torch.save`` ``state`` into ``temp`` (flushed, not yet synced); its sha256."""
-    with open(temp, "wb") as handle, ThreadPoolExecutor(1) as pool:
-        writer = _HashingWriter(handle, pool)
+    """``torch.save`` ``state`` into ``temp`` (flushed, not yet synced); its checksum."""
+    with open(temp, "wb") as handle:
+        writer = _HashingWriter(handle)
         torch.save(state, writer)  # pyright: ignore[reportArgumentType]  (a file-like writer)
         writer.flush()
-    return writer.sha256.hexdigest()
+    return checksum.recorded(writer.hasher)
 
 
 def _tensor_bytes(state: Any) -> int:

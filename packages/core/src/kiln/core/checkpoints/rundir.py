@@ -1,14 +1,15 @@
 """A checkpoint directory belongs to one run.
 
 ``<dir>/run.json`` names the run (``run_id``) and lists the checkpoints it wrote, oldest first,
-each with the sha256 of its bytes (recorded after the file is complete and renamed into
-place). Only listed files are ever resumed from or pruned; a file whose bytes no longer match
-its checksum is damaged. ``run.json`` itself is replaced atomically. A run that started from
-another run's checkpoint gets its own id and records that checkpoint as ``started_from``.
+each with the checksum of its bytes (``checksum``; recorded after the file is complete and
+renamed into place). Only listed files are ever resumed from or pruned; a file whose bytes no
+longer match its checksum is damaged. ``run.json`` itself is replaced atomically. A run that
+started from another run's checkpoint gets its own id and records that checkpoint as
+``started_from``.
 
 A lost ``run.json`` is rebuilt from the files that prove themselves (``checkpoint.recover``):
 every checkpoint carries its run's id, and its zip records carry their own CRC-32 (a sharded
-checkpoint's files: the sha256 in its ``checksums.json``).
+checkpoint's files: the checksums in its ``checksums.json``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kiln.core.atomic import atomic_write, sha256_of
+from kiln.core.atomic import atomic_write
+from kiln.core.checkpoints.checksum import checksum_of
 
 RUN_FILE = "run.json"
 RUN_FILE_TEMP_PREFIX = ".run.json."
@@ -46,7 +48,7 @@ class RunFile:
     """What ``run.json`` holds."""
 
     run_id: str
-    checkpoints: dict[str, str] = field(default_factory=dict)  # name -> sha256, oldest first
+    checkpoints: dict[str, str] = field(default_factory=dict)  # name -> checksum, oldest first
     # files saved under their own name (e.g. best.ckpt): checked, never pruned or resumed from
     named: dict[str, str] = field(default_factory=dict)
     # another run's checkpoint this run was resumed from: path, run_id, global_step
@@ -160,7 +162,7 @@ def _verified_run_id(path: Path) -> tuple[str | None, str | None]:
 
 def rebuild_run_file(directory: str | Path) -> RunFile:
     """The ``run.json`` a directory that lost it had, rebuilt from its checkpoints that prove
-    themselves (zip CRC-32 intact, the run's id inside), oldest first, with their sha256.
+    themselves (zip CRC-32 intact, the run's id inside), oldest first, with their checksums.
 
     Raises:
         CheckpointDirError: No checkpoint proves itself, or they name different runs.
@@ -178,7 +180,7 @@ def rebuild_run_file(directory: str | Path) -> RunFile:
             refused.append(f"{path.name}: {problem}")
             continue
         runs.add(run_id)
-        verified[path.name] = sha256_of(path)
+        verified[path.name] = checksum_of(path)
     why = f"; not usable: {', '.join(refused)}" if refused else ""
     if len(runs) != 1:
         named = f"they name runs {', '.join(sorted(runs))}" if runs else "none proves itself"

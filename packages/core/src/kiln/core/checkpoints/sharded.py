@@ -2,8 +2,8 @@
 
 ``step-<N>.ckpt/`` holds torch distributed checkpoint's files (``__<rank>_0.distcp`` per
 rank: its shards of the model and optimizer state, and ``.metadata``), ``meta.pt`` (the
-plain values and the other objects' state, from rank 0) and ``checksums.json``: the sha256
-of every other file, written last, so a damaged file is named by path. ``checkpoint.py``
+plain values and the other objects' state, from rank 0) and ``checksums.json``: the
+checksum of every other file, written last, so a damaged file is named by path. ``checkpoint.py``
 stages the directory under a temporary name and renames it into place once complete,
 exactly as it does a single file. Nobody gathers the whole model: not to save, not to
 resume, and not to export (:func:`load_sharded_weights` reads the shards into a plain
@@ -20,24 +20,16 @@ from typing import Any
 
 import torch
 
+from kiln.core.checkpoints.checksum import checksum_of, matches
+
 CHECKSUMS = "checksums.json"
 
 
-def _file_sha256(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def write_checksums(directory: Path) -> None:
-    """Record the sha256 of every file of a sharded checkpoint in ``checksums.json``
+    """Record the checksum of every file of a sharded checkpoint in ``checksums.json``
     (flushed to disk). Called by rank 0 once every rank's files are written."""
     sums = {
-        str(p.relative_to(directory)): _file_sha256(p)
+        str(p.relative_to(directory)): checksum_of(p)
         for p in sorted(directory.rglob("*"))
         if p.is_file() and p.name != CHECKSUMS
     }
@@ -61,8 +53,8 @@ def checksum_damage(directory: Path) -> str | None:
         path = directory / name
         if not path.is_file():
             return f"its file {path} is missing"
-        if _file_sha256(path) != expected:
-            return f"its file {path} does not match the sha256 in {listed}"
+        if not matches(path, expected):
+            return f"its file {path} does not match the checksum in {listed}"
     return None
 
 

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import random
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
 
 def rank_seed(seed: int, rank: int) -> int:
@@ -47,7 +51,8 @@ def weights_hash(module: torch.nn.Module) -> str:
             digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
             # reshape: a 0-dim tensor (BatchNorm's num_batches_tracked) cannot be viewed as bytes
             flat = tensor.reshape(-1)
-            digest.update(flat.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+            # the tensor's own memory, no copy (numpy arrays are buffers)
+            digest.update(cast("Buffer", flat.view(torch.uint8).numpy()) if tensor.numel() else b"")
         else:
             digest.update(repr(value).encode())
     return digest.hexdigest()

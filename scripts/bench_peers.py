@@ -13,7 +13,9 @@ own events give: whole-process wall time, start-up (spawn to the first step), me
 time (after kiln's ``trainer.warmup_steps``), validation time (all validations), and the
 time after training (the last step's validation and checkpoint done, to exit), and the
 process tree's CPU seconds (user + system; steadier than wall time on a busy machine). Printed:
-medians over runs, and the ratios kiln/HF and kiln/Lightning of the medians.
+medians over runs, the ratios kiln/HF and kiln/Lightning of the medians, and for wall and CPU
+time the paired bootstrap 95% interval of that ratio (a round's runs drawn together) with
+whether kiln is faster, slower, or neither beyond the run-to-run spread.
 
     uv run python scripts/bench_peers.py --runs 3
     uv run python scripts/bench_peers.py --steps 3 --runs 1 --logger none   # a smoke run
@@ -181,6 +183,23 @@ def run_once(variant: str, args: argparse.Namespace, python: Path, scratch: Path
     }
 
 
+def verdict(results: dict[str, list[dict]], peer: str, figure: str) -> str:
+    """kiln's ``figure`` over ``peer``'s (median over median) with the paired bootstrap 95%
+    interval (round ``i``'s runs drawn together: they shared the machine's moment), and
+    whether kiln is faster, slower, or neither beyond the run-to-run spread."""
+    from kiln.experiments.bench.stats import bootstrap_speedup_interval
+
+    kiln, other = ([r[figure] for r in results[v]] for v in ("kiln", peer))
+    ratio = statistics.median(kiln) / statistics.median(other)
+    low, high = bootstrap_speedup_interval(kiln, other)  # median(kiln) / median(peer)
+    if len(kiln) < 2:
+        said = "one round: no interval"
+    else:
+        said = "kiln faster" if high < 1 else "kiln slower" if low > 1 else "within the spread"
+    name = figure.removesuffix("_s")
+    return f"kiln / {peer} {name} {ratio:.3f}x, 95% interval {low:.3f}-{high:.3f}: {said}"
+
+
 def report(results: dict[str, list[dict]], load: tuple[float, float], info: dict) -> str:
     """The table of medians (min-max) and the ratios to the peers."""
     lines = [
@@ -211,6 +230,8 @@ def report(results: dict[str, list[dict]], load: tuple[float, float], info: dict
             a, b = med("kiln", figure), med(peer, figure)
             ratios.append(f"{a / b:.2f}x" if a is not None and b else "n/a")
         lines.append(f"{'kiln / ' + peer:<18}" + "".join(f"{r:>24}" for r in ratios))
+    for peer in (v for v in ("hf", "lightning") if v in results and "kiln" in results):
+        lines += [verdict(results, peer, figure) for figure in ("wall_s", "cpu_s")]
     losses = {v: [r["train_loss"] for r in runs] for v, runs in results.items()}
     lines.append(f"final train loss per run (same work, different dropout draws): {losses}")
     return "\n".join(lines)

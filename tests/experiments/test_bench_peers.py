@@ -55,6 +55,25 @@ def test_the_export_of_kilns_job_holds_its_weights_rows_and_hyperparameters(tmp_
     assert (tmp_path / "model" / "config.json").is_file()
 
 
+def test_the_verdict_calls_a_ratio_a_result_only_beyond_the_run_to_run_spread():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench_peers import verdict
+
+    def runs(*walls):
+        return [{"wall_s": w} for w in walls]
+
+    hf = runs(60.0, 64.0, 62.0, 66.0, 61.0)
+    faster = {"kiln": runs(54.0, 57.0, 55.0, 59.0, 54.5), "hf": hf}
+    assert verdict(faster, "hf", "wall_s").endswith(": kiln faster")
+    slower = {"kiln": runs(66.0, 70.0, 68.0, 72.0, 67.0), "hf": hf}
+    assert verdict(slower, "hf", "wall_s").endswith(": kiln slower")
+    noisy = {"kiln": runs(58.0, 66.0, 61.0, 63.0, 62.5), "hf": hf}
+    said = verdict(noisy, "hf", "wall_s")
+    assert said.startswith("kiln / hf wall 1.008x, 95% interval") and said.endswith("spread")
+    one = {"kiln": runs(50.0), "hf": runs(60.0)}
+    assert verdict(one, "hf", "wall_s").endswith("one round: no interval")
+
+
 @pytest.mark.slow  # builds the peers' environment and runs three jobs
 def test_bench_peers_runs_the_same_job_three_ways(tmp_path):
     out = tmp_path / "peers.json"

@@ -4,10 +4,9 @@ A checkpoint is ``<dir>/step-<global_step:08d>.ckpt``, written to a temporary na
 directory (on its own filesystem, never the system temp dir) and renamed into place only once
 it is complete, so a crash mid-write never spoils the newest good checkpoint; a write that
 fails (a full disk) removes its partial file and names the checkpoint and the space it
-needed. The directory's ``run.json`` (see ``rundir``) then records it with its checksum (XXH3-128,
-``checksum``): only
-recorded files are resumed from or pruned, and a file whose bytes changed is reported as
-damaged, by path. Module state dicts never carry
+needed. The directory's ``run.json`` (see ``rundir``) then records it with its checksum
+(XXH3-128, see ``checksum``): only recorded files are resumed from or pruned, and a file whose
+bytes changed is reported as damaged, by path. Module state dicts never carry
 ``torch.compile``'s ``_orig_mod.`` prefix, so eager and compiled runs share checkpoints.
 Everything is stored as tensors and plain Python values, so checkpoints load with
 ``torch.load(weights_only=True)``.

@@ -33,9 +33,11 @@ def new_hasher() -> Any:
     return _HASHERS[ALGORITHM]()
 
 
-def recorded(hasher: Any) -> str:
-    """How ``hasher``'s checksum is recorded: ``xxh3_128:<hex>``."""
-    return f"{ALGORITHM}:{hasher.hexdigest()}"
+def recorded(hasher: Any, algorithm: str = ALGORITHM) -> str:
+    """How ``hasher``'s checksum is recorded: ``xxh3_128:<hex>`` (sha256: the bare hex digest
+    earlier releases wrote)."""
+    digest = hasher.hexdigest()
+    return digest if algorithm == _LEGACY else f"{algorithm}:{digest}"
 
 
 def algorithm_of(checksum: str) -> str:
@@ -56,18 +58,18 @@ def algorithm_of(checksum: str) -> str:
 
 def checksum_of(path: Path, algorithm: str = ALGORITHM) -> str:
     """The checksum of a file's bytes; of a directory (a sharded checkpoint), one checksum
-    over each file's path (relative, then a NUL) and bytes, in path order. Recorded as
-    :func:`recorded` writes it (sha256: the bare hex digest earlier releases wrote)."""
+    over each file's path (relative, then a NUL) and bytes, in path order; as
+    :func:`recorded` writes it."""
     hasher = _HASHERS[algorithm]()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    directory = path.is_dir()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if directory else [path]
     for file in files:
-        if path.is_dir():
+        if directory:
             hasher.update(str(file.relative_to(path)).encode() + b"\0")
         with open(file, "rb") as handle:
             for block in iter(lambda h=handle: h.read(_BLOCK), b""):
                 hasher.update(block)
-    digest = hasher.hexdigest()
-    return digest if algorithm == _LEGACY else f"{algorithm}:{digest}"
+    return recorded(hasher, algorithm)
 
 
 def matches(path: Path, checksum: str) -> bool:

@@ -3,10 +3,10 @@
 ``step-<N>.ckpt/`` holds torch distributed checkpoint's files (``__<rank>_0.distcp`` per
 rank: its shards of the model and optimizer state, and ``.metadata``), ``meta.pt`` (the
 plain values and the other objects' state, from rank 0) and ``checksums.json``: the
-checksum of every other file, written last, so a damaged file is named by path. ``checkpoint.py``
-stages the directory under a temporary name and renames it into place once complete,
-exactly as it does a single file. Nobody gathers the whole model: not to save, not to
-resume, and not to export (:func:`load_sharded_weights` reads the shards into a plain
+checksum of every other file, written last, so a damaged file is named by path.
+``checkpoint.py`` stages the directory under a temporary name and renames it into place once
+complete, exactly as it does a single file. Nobody gathers the whole model: not to save, not
+to resume, and not to export (:func:`load_sharded_weights` reads the shards into a plain
 module's own tensors, in one process).
 """
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kiln.experiments.job import RECORD_KINDS
+from kiln.experiments.job import RECORD_KINDS, STOPPED
 from kiln.experiments.mfu import mfu_fields, mfu_text
 from kiln.experiments.train.record import TrainRecord
 
@@ -51,7 +51,7 @@ def fmt(value: Any, column: str = "") -> str:
 def job_table(summary: dict[str, Any] | TrainRecord) -> Table:
     """Final metrics and telemetry of one job (its ``summary.json`` record)."""
     rec = summary if isinstance(summary, TrainRecord) else TrainRecord.from_json(summary)
-    color = "green" if rec.status == "ok" else "red"
+    color = {"ok": "green", STOPPED: "yellow"}.get(rec.status, "red")
     table = Table(title=f"kiln-train: [{color}]{rec.status}", title_justify="left", min_width=72)
     table.add_column("metric")
     table.add_column("value", justify="right")

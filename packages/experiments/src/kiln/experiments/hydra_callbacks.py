@@ -1,12 +1,13 @@
 """Hydra callbacks: the end-of-sweep check that makes a sweep with a failed job exit non-zero,
-and the start-of-sweep check that a study optimizes the way its metric says.
+the start-of-sweep check that a study optimizes the way its metric says, and the start-of-run
+check that the output directory is not a file.
 
 Jobs catch their own exceptions (so one NaN or OOM does not stop the sweep) and record
 ``status`` in their result file. When the sweep ends, :class:`SweepStatus` reads every job's
 file in the sweep directory, prints one row per job, and exits with status 1 if any job
-failed or left no readable file. It reads files rather than launcher return values, so it
-works the same with the basic launcher and with submitit (local or SLURM), whose jobs run
-elsewhere.
+failed, was stopped, or left no readable file. It reads files rather than launcher return
+values, so it works the same with the basic launcher and with submitit (local or SLURM),
+whose jobs run elsewhere.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from kiln.experiments.console import show_table, sweep_table
-from kiln.experiments.job import FAILED_STATUSES
+from kiln.experiments.job import FAILED_STATUSES, STOPPED
 from kiln.experiments.sweep import scan_sweep
 
 
@@ -53,6 +54,31 @@ class StudyDirection(Callback):
             )
 
 
+class OutputDirCheck(Callback):
+    """Before a run or sweep: its output directory (``hydra.run.dir``, ``hydra.sweep.dir``)
+    must be a directory or not exist yet; a file there fails naming it (Hydra's own
+    ``mkdir`` would end in a bare ``FileExistsError``)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _check_output_dir("hydra.run.dir", config)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _check_output_dir("hydra.sweep.dir", config)
+
+
+def _check_output_dir(key: str, config: DictConfig) -> None:
+    from omegaconf import OmegaConf
+
+    path = Path(str(OmegaConf.select(config, key)))
+    blocked = next((p for p in (path, *path.parents) if p.exists()), None)
+    if blocked is not None and not blocked.is_dir():
+        # SystemExit: Hydra turns a callback's Exception into a warning and goes on
+        raise SystemExit(
+            f"{key}={path}: {blocked} is a file, not a directory; a job writes its record, "
+            f"checkpoints and W&B run into {key}: give a directory (new or existing)"
+        )
+
+
 class SweepStatus(Callback):
     """Print the sweep's jobs at its end; exit non-zero if any failed."""
 
@@ -60,9 +86,8 @@ class SweepStatus(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         jobs = scan_sweep(sweep_dir)
         show_table(sweep_table(str(sweep_dir), jobs))
-        failed = [
-            j.name for j in jobs if j.record is None or j.record.get("status") in FAILED_STATUSES
-        ]
+        unfinished = (*FAILED_STATUSES, STOPPED)
+        failed = [j.name for j in jobs if j.record is None or j.record.get("status") in unfinished]
         if failed:
             print(f"{len(failed)} of {len(jobs)} jobs failed: {', '.join(failed)}", file=sys.stderr)
             sys.exit(1)

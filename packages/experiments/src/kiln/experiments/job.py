@@ -37,6 +37,9 @@ TRAIN = RecordKind("train", "summary.json", failed_status="failed", reason_key="
 BENCH = RecordKind("bench", "bench.json", failed_status="error", reason_key="reason")
 RECORD_KINDS = (TRAIN, BENCH)
 FAILED_STATUSES = tuple(kind.failed_status for kind in RECORD_KINDS)
+STOPPED = "stopped"
+"""``record["status"]`` of a train job SIGTERM or Ctrl-C stopped at a step boundary with a
+checkpoint: not failed, not finished (a re-run into its directory resumes it)."""
 
 
 def override_key(override: str) -> str:

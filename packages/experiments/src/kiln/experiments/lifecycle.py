@@ -16,7 +16,8 @@ a one-line reason (and the stage it happened in), writes the traceback to
 tracker with the status, and writes the record (``summary.json``, ``bench.json``)
 atomically. An attempt refused before its tracker opened leaves the record of an earlier
 attempt that did work (a finished job's) as it was, but for its ``attempts``, and never
-touches its W&B run. ``Exception`` is swallowed (one failed job never stops a sweep); Ctrl-C and
+touches its W&B run; so does one that finds nothing to do (:meth:`Lifecycle.keep`).
+``Exception`` is swallowed (one failed job never stops a sweep); Ctrl-C and
 SIGTERM are recorded, then propagate.
 """
 
@@ -36,7 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from kiln.experiments.job import JobInfo, RecordKind, machine_info, write_job_json
+from kiln.experiments.job import STOPPED, JobInfo, RecordKind, machine_info, write_job_json
 from kiln.experiments.schema import LoggerConfig
 from kiln.experiments.stages import stage_of
 from kiln.experiments.startup_gc import startup_frozen
@@ -158,6 +159,7 @@ class Lifecycle:
         self.on_exit = on_exit
         self.tracker: Tracker | None = None
         self.kept: dict[str, Any] | None = None  # the earlier record a refused attempt keeps
+        self.unchanged = False  # the work found nothing to do: the earlier record stays (keep)
 
     @property
     def loggers(self) -> list[Any]:
@@ -173,7 +175,7 @@ class Lifecycle:
         """Whether the job failed before its tracker opened (before any work)."""
         return self.failed and self.tracker is None
 
-    def _earlier_record(self) -> dict[str, Any] | None:
+    def earlier_record(self) -> dict[str, Any] | None:
         """The job directory's record of an earlier attempt that did work, if any."""
         try:
             record = json.loads((Path(self.job.output_dir) / self.kind.file).read_text())
@@ -183,6 +185,14 @@ class Lifecycle:
             return None
         worked = record.get("status") != self.kind.failed_status or record.get("global_step")
         return record if worked else None
+
+    def keep(self, earlier: dict[str, Any]) -> None:
+        """End the job with ``earlier`` (:meth:`earlier_record`) as its record, as it was but
+        for its ``attempts``: the work found nothing to do (a finished job re-run without
+        steps left), and an attempt that did nothing changes no figure of the job. Call it
+        before :meth:`track`: the W&B run is never reopened."""
+        self.kept, self.unchanged = earlier, True
+        self.record = dict(earlier)
 
     def track(
         self, cfg: LoggerConfig, *, config: dict[str, Any], tags: list[str], resume: bool = False
@@ -240,7 +250,7 @@ class Lifecycle:
         try:
             if exc is not None:
                 if self.writer and self.tracker is None:
-                    self.kept = self._earlier_record()
+                    self.kept = self.earlier_record()
                 self._record_failure(exc)
             if self.on_exit is not None and self.writer:
                 self.on_exit(exc)
@@ -270,7 +280,7 @@ class Lifecycle:
         # the record first: a job SLURM is requeueing or killing may not outlive W&B's finish
         if self.writer:
             record = self.record
-            if self.kept is not None and self.refused:  # keep it; list this attempt only
+            if self.kept is not None and (self.refused or self.unchanged):  # this attempt only
                 attempts = {k: v for k, v in self.record.items() if k == "attempts" and v}
                 record = {**self.kept, **attempts}
             write_job_json(Path(self.job.output_dir) / self.kind.file, record)
@@ -279,4 +289,7 @@ class Lifecycle:
             if self.summarize:
                 self.tracker.summarize(self.summarize(self.record))
             reason = self.record[self.kind.reason_key] if self.failed else None
-            self.tracker.finish("failed" if self.failed else "ok", reason)
+            status = self.record["status"]
+            if status != STOPPED:  # a train job stopped at a step boundary says so
+                status = "failed" if self.failed else "ok"
+            self.tracker.finish(status, reason)

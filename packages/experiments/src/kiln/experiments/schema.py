@@ -99,3 +99,37 @@ class JobConfig:
     plugins: list[str] = field(default_factory=list)
     """Modules (or ``module:callable``) to import before the model is built, in every
     process of the job: a user's package that registers models (``kiln.models.plugins``)."""
+
+
+def check_known_keys(cfg: DictConfig, prefix: str = "") -> None:
+    """Refuse a key that a typed node's dataclass does not declare: Hydra's ``+key=value``
+    (the fix its own error suggests for a typo) adds one to a typed node, and
+    ``OmegaConf.to_object`` then sets it on the dataclass, where nothing reads it.
+
+    Args:
+        cfg: A composed config (a node of it, below ``prefix``).
+        prefix: The dotted path of ``cfg``.
+
+    Raises:
+        ValueError: Names the key, the closest valid ones and where to find them all.
+    """
+    import dataclasses
+    import difflib
+
+    kind = OmegaConf.get_type(cfg)
+    if not (isinstance(kind, type) and dataclasses.is_dataclass(kind)):
+        return  # an Any-typed node (model, data): its own code refuses what it lacks
+    fields = {f.name for f in dataclasses.fields(kind)}
+    for key in cfg.keys():
+        name = f"{prefix}{key}"
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), sorted(fields), n=3)
+            hint = f"did you mean {' or '.join(prefix + c for c in close)}? " if close else ""
+            raise ValueError(
+                f"{name} is not a config key ({kind.__name__} has no field {key!r}, so nothing "
+                f"would read it): {hint}valid keys of {prefix.rstrip('.') or 'the config'}: "
+                f"{', '.join(sorted(fields))}"
+            )
+        node = cfg._get_node(key)  # pyright: ignore[reportPrivateUsage]  (no resolution)
+        if isinstance(node, DictConfig):
+            check_known_keys(node, f"{name}.")

@@ -23,6 +23,7 @@ from kiln.core.checkpoints.rundir import (
     DamagedCheckpointError,
     claim,
     new_run_id,
+    quarantine,
 )
 from kiln.core.checkpoints.sharded import check_same_layout
 from kiln.core.config import check_global_batch
@@ -37,19 +38,22 @@ def resume(ctx: Context, run: RunState) -> dict[str, Any] | None:
     give the run its id and claim its checkpoint directory.
 
     ``resume='auto'`` takes the newest intact checkpoint this directory's run wrote; a
-    damaged one is skipped with a warning that names it. An explicit path that is damaged
-    fails, naming it.
+    damaged one is skipped with a warning that names it, then delisted from ``run.json`` and
+    renamed ``<name>.damaged`` (it never counts toward ``keep_last_k``). An explicit path
+    that is damaged fails, naming it.
 
     Returns:
         This rank's saved RNG state, for the loop to restore once the epoch's iterator
         stands where the checkpointed run stood; ``None`` for a fresh run.
     """
-    rest = _load(ctx, run)
-    _claim(ctx, run, None if rest is None else rest["path"])
+    damaged: list[Path] = []
+    rest = _load(ctx, run, damaged)
+    _claim(ctx, run, None if rest is None else rest["path"], damaged)
     return None if rest is None else rest["rng"]
 
 
-def _load(ctx: Context, run: RunState) -> dict[str, Any] | None:
+def _load(ctx: Context, run: RunState, damaged: list[Path]) -> dict[str, Any] | None:
+    """Load the checkpoint to resume from (``damaged``: gets the newer ones ``auto`` skipped)."""
     trainer = ctx.trainer
     if trainer.resume is None:
         return None
@@ -70,6 +74,7 @@ def _load(ctx: Context, run: RunState) -> dict[str, Any] | None:
             if trainer.resume != "auto":
                 raise
             warnings.warn(f"{error}; falling back to the previous checkpoint", stacklevel=2)
+            damaged.append(path)
             continue
         _check_world_size(ctx, path, rest)
         run.load(rest)
@@ -143,9 +148,10 @@ def _say_if_the_epoch_tails_differ(
         )
 
 
-def _claim(ctx: Context, run: RunState, source: Path | None) -> None:
+def _claim(ctx: Context, run: RunState, source: Path | None, damaged: list[Path]) -> None:
     """Give ``run`` its id; rank 0 claims the checkpoint directory, every rank gets the id
-    (a new one where ``source``, the checkpoint loaded, is another directory's)."""
+    (a new one where ``source``, the checkpoint loaded, is another directory's), and takes
+    the ``damaged`` checkpoints ``auto`` skipped out of the run (``rundir.quarantine``)."""
     fabric, trainer = ctx.fabric, ctx.trainer
     run_id, error = None, None
     if fabric.is_global_zero:
@@ -156,6 +162,8 @@ def _claim(ctx: Context, run: RunState, source: Path | None) -> None:
                 run_id = claim(
                     trainer.checkpoint_dir, trainer.resume, run.run_id, source, run.global_step
                 )
+                for moved in quarantine(trainer.checkpoint_dir, [p.name for p in damaged]):
+                    fabric.print(f"moved damaged checkpoint to {moved}: it is no longer the run's")
         except Exception as raised:  # every rank must leave the collective below
             error = raised
     run_id, message = fabric.broadcast((run_id, None if error is None else str(error)))

@@ -5,7 +5,8 @@ each with the checksum of its bytes (``checksum``; recorded after the file is co
 renamed into place). Only listed files are ever resumed from or pruned; a file whose bytes no
 longer match its checksum is damaged. ``run.json`` itself is replaced atomically. A run that
 started from another run's checkpoint gets its own id and records that checkpoint as
-``started_from``.
+``started_from``. A damaged checkpoint a resume skipped is delisted and renamed
+``<name>.damaged`` (:func:`quarantine`).
 
 A lost ``run.json`` is rebuilt from the files that prove themselves (``checkpoint.recover``):
 every checkpoint carries its run's id, and its zip records carry their own CRC-32 (a sharded
@@ -87,6 +88,38 @@ def write_run_file(directory: str | Path, run: RunFile) -> None:
     if run.started_from is not None:
         data["started_from"] = run.started_from
     atomic_write(Path(directory) / RUN_FILE, json.dumps(data, indent=1))
+
+
+DAMAGED_SUFFIX = ".damaged"
+
+
+def quarantine(directory: str | Path, names: list[str]) -> list[Path]:
+    """Take damaged checkpoints ``names`` (a resume skipped them) out of the run: delisted
+    from ``run.json`` first, so they never count toward ``keep_last_k`` nor push out the
+    intact checkpoint the run resumed from, then renamed ``<name>.damaged`` (kept for a
+    look; no longer named like a checkpoint, so the step can be saved again). Only the
+    directory's one writer may call it.
+
+    Returns:
+        The quarantined files' new paths.
+    """
+    import shutil
+
+    directory = Path(directory)
+    recorded = read_run_file(directory)
+    if recorded is not None and any(name in recorded.checkpoints for name in names):
+        recorded.checkpoints = {k: v for k, v in recorded.checkpoints.items() if k not in names}
+        write_run_file(directory, recorded)  # first forget, then move: never list a lost file
+    moved: list[Path] = []
+    for name in names:
+        path = directory / name
+        if path.exists():
+            target = path.with_name(name + DAMAGED_SUFFIX)
+            if target.is_dir():  # an earlier quarantine of the same step's shards
+                shutil.rmtree(target)
+            path.replace(target)
+            moved.append(target)
+    return moved
 
 
 def check_writable(directory: str | Path) -> None:

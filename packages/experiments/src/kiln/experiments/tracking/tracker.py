@@ -191,7 +191,8 @@ class Tracker:
         self.run.log_artifact(artifact)
 
     def finish(self, status: str = "ok", error: str | None = None) -> None:
-        """Finish the run once; ``status="failed"`` marks it failed with ``error`` as reason."""
+        """Finish the run once with ``status`` in its summary: ``ok`` exits 0; ``failed``
+        (with ``error`` as reason) and ``stopped`` (a signal stopped it) exit 1."""
         if self.finished:
             return
         self.finished = True

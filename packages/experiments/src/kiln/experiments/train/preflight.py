@@ -1,6 +1,7 @@
 """What a training job can refuse once its config is valid, checked before its W&B run
-opens: the accelerator, and the data and model the config describes (a CSV without its
-label column, labels the model has no class for, a batch larger than the data)."""
+opens: the accelerator, more CPU workers than cores, and the data and model the config
+describes (a CSV without its label column, labels the model has no class for, a batch
+larger than the data); and what it only warns about (a warm-up longer than the run)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,56 @@ def check_accelerator(name: str) -> None:
             f"trainer.accelerator={name!r}: this machine has no such device (it has: "
             f"{', '.join(here)}); use trainer.accelerator=auto or one of those"
         )
+
+
+def check_worker_processes(trainer: Any) -> None:
+    """Refuse ``trainer.devices`` CPU workers beyond this machine's cores before any start:
+    each worker is a process of its own (~0.5 GB for a small model) that needs a core to
+    step; more of them than cores never get through their first step together.
+
+    Args:
+        trainer: The job's ``TrainerConfig``.
+
+    Raises:
+        ValueError: Names the value, the cores there are and the setting that fits.
+    """
+    import torch
+
+    from kiln.core.telemetry.machine import usable_cores
+    from kiln.experiments.train.worker import in_process
+
+    if in_process(trainer):  # torchrun / SLURM started the processes, or there is one
+        return
+    on_gpu = trainer.accelerator in ("cuda", "gpu") or (
+        trainer.accelerator == "auto" and torch.cuda.is_available()
+    )
+    cores = usable_cores()
+    if on_gpu or trainer.accelerator == "mps" or trainer.devices <= cores:
+        return
+    raise ValueError(
+        f"trainer.devices={trainer.devices} would start {trainer.devices} CPU worker processes "
+        f"on a machine where this job may use {cores} cores: give trainer.devices <= {cores} "
+        "(more workers than cores share them and never step in time), or run on more nodes "
+        "(trainer.num_nodes with launcher=slurm)"
+    )
+
+
+def warn_about_schedule(settings: TrainConfig) -> None:
+    """Warn when the learning rate's warm-up outlasts the run (``scheduler.warmup_steps``
+    >= ``trainer.max_steps``): the rate never reaches ``optimizer.lr``."""
+    import warnings
+
+    warmup, steps = settings.scheduler.warmup_steps, settings.trainer.max_steps
+    if steps is None or warmup < steps:
+        return
+    warnings.warn(
+        f"scheduler.warmup_steps={warmup} >= trainer.max_steps={steps}: the learning rate "
+        f"warms up for the whole run and never reaches optimizer.lr (it ends at "
+        f"{steps / warmup:.0%} of it); lower scheduler.warmup_steps, or set it to 0 and use "
+        "scheduler.warmup_ratio",
+        UserWarning,
+        stacklevel=2,
+    )
 
 
 def build_checked(settings: TrainConfig) -> Any:

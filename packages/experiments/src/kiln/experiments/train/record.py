@@ -43,7 +43,8 @@ class TrainRecord:
     # who the job is (kiln.experiments.job.JobInfo.record)
     kind: str = "train"
     status: str = "failed"
-    """``ok``, ``failed`` or ``requeued``."""
+    """``ok``, ``failed``, ``stopped`` (SIGTERM or Ctrl-C stopped it at a step boundary, with
+    a checkpoint: a re-run resumes it) or ``requeued``."""
     error: str | None = None
     """The one-line reason of a failure."""
     error_stage: str | None = None
@@ -78,6 +79,9 @@ class TrainRecord:
     telemetry: dict[str, Any] = field(default_factory=dict, metadata=FROM_FIT)
     history: list[dict[str, Any]] = field(default_factory=list, metadata=FROM_FIT)
     checkpoint: str | None = field(default=None, metadata=FROM_FIT)
+    best_checkpoint: dict[str, Any] | None = field(default=None, metadata=FROM_FIT)
+    """With a ``BestCheckpoint`` callback: its file (``path``), the ``step`` it holds, the
+    ``monitor``-ed metric and its ``value`` there."""
     compile_trace: dict[str, Any] | None = None
     """With ``compile.trace=true``: where torch's trace and the tlparse report are kept."""
     # where and how it ran

@@ -108,12 +108,16 @@ def config_changes(saved: dict[str, Any], resolved: dict[str, Any]) -> list[str]
 
 
 def latest_checkpoint_meta(checkpoint_dir: str | None) -> tuple[Path, dict[str, Any]] | None:
-    """The newest readable checkpoint in ``checkpoint_dir`` and its metadata, or ``None``."""
-    from kiln.core.checkpoints.checkpoint import checkpoint_candidates, read_checkpoint_meta
+    """The newest intact checkpoint in ``checkpoint_dir`` and its metadata, or ``None``: the
+    one ``fit`` resumes from (a damaged one, e.g. a flipped byte or a truncated shard, is
+    skipped as ``fit`` skips it, so the attempt records the step it really starts from)."""
+    from kiln.core.checkpoints.checkpoint import checkpoint_candidates, damage, read_checkpoint_meta
 
     if checkpoint_dir is None or not Path(checkpoint_dir).is_dir():
         return None
     for path in checkpoint_candidates(checkpoint_dir):
+        if damage(path) is not None:
+            continue
         try:
             return path, read_checkpoint_meta(path)
         except Exception:
@@ -126,15 +130,28 @@ def explicit_checkpoint_meta(resume: str) -> dict[str, Any]:
     an intact kiln checkpoint.
 
     Raises:
+        ValueError: ``resume`` is empty.
         FileNotFoundError: There is no such file.
+        IsADirectoryError: It is a directory (a job dir, a checkpoint dir): the message names
+            its newest checkpoint.
         DamagedCheckpointError: It is damaged (checksum, CRC-32, truncated) or not kiln's.
     """
     from kiln.core.checkpoints.checkpoint import damage, read_checkpoint_meta
+    from kiln.core.checkpoints.paths import check_not_a_plain_directory
     from kiln.core.checkpoints.rundir import DamagedCheckpointError
 
+    if not resume.strip():  # `trainer.resume=` on the command line: Path("") is the cwd
+        raise ValueError(
+            "trainer.resume is empty: give auto (the job's newest intact checkpoint), null "
+            "(start fresh) or a checkpoint file (<job dir>/checkpoints/step-<N>.ckpt)"
+        )
     path = Path(resume)
     if not path.exists():
         raise FileNotFoundError(f"trainer.resume={resume!r}: no such checkpoint file")
+    try:  # a job dir or its checkpoints/: name the newest checkpoint to pass instead
+        check_not_a_plain_directory(path)
+    except IsADirectoryError as error:
+        raise IsADirectoryError(f"trainer.resume={resume!r}: {error}") from None
     problem = damage(path)
     if problem is not None:
         raise DamagedCheckpointError(f"trainer.resume={resume!r}: checkpoint is damaged: {problem}")
@@ -184,6 +201,40 @@ def check_resume(resolved: dict[str, Any]) -> tuple[int, Path | None]:
             "stays the same" + (f" ({problem})" if problem else "")
         )
     return int(meta.get("global_step") or 0), path
+
+
+def check_resume_without_dir(resume: Any) -> None:
+    """Refuse an explicit ``trainer.resume=<path>`` with ``trainer.checkpoint_dir=null``
+    (which turns checkpoints off, and with them the resume): it would train from step 0.
+
+    Raises:
+        ValueError: Names both keys and the two ways out.
+    """
+    if resume is None or resume == "auto":
+        return
+    raise ValueError(
+        f"trainer.resume={resume!r} with trainer.checkpoint_dir=null: a job without a "
+        "checkpoint directory resumes nothing and would train from step 0. Set "
+        "trainer.checkpoint_dir (e.g. the default, <job dir>/checkpoints) to resume from "
+        "that checkpoint, or drop trainer.resume to start fresh without checkpoints"
+    )
+
+
+def check_steps_left(from_step: int, checkpoint: Path | None, max_steps: int | None) -> None:
+    """Refuse a job whose checkpoint is already past ``trainer.max_steps`` (a finished job
+    re-run with fewer steps): it cannot train back, and its record must stay as it is.
+
+    Raises:
+        ValueError: Names the checkpoint's step, ``max_steps`` and what to do instead.
+    """
+    if checkpoint is None or max_steps is None or from_step <= max_steps:
+        return
+    raise ValueError(
+        f"trainer.max_steps={max_steps} is below the step this job resumes from: {checkpoint} "
+        f"holds step {from_step}. A run cannot train back: give trainer.max_steps >= "
+        f"{from_step} to continue it, or train into a new directory (another hydra.run.dir) "
+        "to run fewer steps"
+    )
 
 
 def _check_layout(path: Path, resolved: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kiln.experiments.job import TRAIN, JobInfo
+from kiln.experiments.job import STOPPED, TRAIN, JobInfo
 from kiln.experiments.lifecycle import Lifecycle, Requeued, Terminated
 from kiln.experiments.stages import stage
 from kiln.experiments.trace import compile_trace, log_trace
@@ -68,6 +68,12 @@ def end_after_signal(signal_name: str, record: dict[str, Any]) -> None:
     signal.raise_signal(signum)  # the Python handler runs (and raises) before this returns
 
 
+def _stopped_at_a_step(exc: BaseException | None, record: dict[str, Any]) -> bool:
+    """Whether SIGTERM or Ctrl-C stopped ``fit`` at a step boundary, with a checkpoint there
+    (``end_after_signal``): the job is ``stopped``, not failed; a re-run resumes it."""
+    return isinstance(exc, Terminated | KeyboardInterrupt) and record.get("stop_reason") == "signal"
+
+
 def _requeue(job: JobInfo, requeued: Requeued) -> dict[str, Any]:
     """Hand a job that USR2 stopped (its record written, its W&B run finished) to submitit's
     handler, which requeues it and exits (rank 0) or returns (other ranks)."""
@@ -112,8 +118,12 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
     is ``auto``; the config may not change what the checkpoint was trained with) and its
     W&B run; one that already ended ``ok`` with the same config is skipped. Each attempt is
     listed in the record's ``attempts``. SIGTERM, SIGINT and SLURM's USR2 stop training at
-    the next step boundary with a checkpoint (``kiln.core.loop.stop``); USR2 then requeues the
-    job through submitit (its attempt ``requeued``).
+    the next step boundary with a checkpoint (``kiln.core.loop.stop``): SIGTERM and SIGINT
+    leave ``status: stopped`` (``stop_signal`` names the signal); USR2 requeues the job
+    through submitit (``status: requeued``, its attempt ``requeued``). A finished job re-run
+    with fewer ``trainer.max_steps`` than it has is refused in the config stage; one re-run
+    with as many (and a change resume allows) trains nothing and keeps its record (its
+    attempt ``skipped``).
     """
     from contextlib import nullcontext
 
@@ -131,7 +141,7 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
 
 def _checked_config(
     cfg: Any, job: JobInfo, life: Lifecycle, attempts: list[dict[str, Any]]
-) -> tuple[TrainConfig, dict[str, Any], Path | None]:
+) -> tuple[TrainConfig, dict[str, Any], Path | None, int]:
     """The job's config stage: resolve and validate ``cfg`` into ``life.record`` and check
     what it names (plugins, checkpoint dir, resume, accelerator, model). Config errors (an
     unresolvable interpolation, an out-of-range value, an unknown model, a checkpoint or
@@ -139,7 +149,8 @@ def _checked_config(
     worker processes start.
 
     Returns:
-        The validated config, the resolved one, and the checkpoint the job resumes from.
+        The validated config, the resolved one, the checkpoint the job resumes from and its
+        step (``None, 0``: a fresh start).
     """
     from omegaconf import OmegaConf
 
@@ -147,6 +158,7 @@ def _checked_config(
     from kiln.experiments.train.schema import validate
 
     if OmegaConf.select(cfg, "trainer.checkpoint_dir") is None:
+        job_resume.check_resume_without_dir(OmegaConf.select(cfg, "trainer.resume"))
         cfg.trainer.resume = None  # checkpoint_dir=null turns checkpoints off
     resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     life.record["config"] = resolved
@@ -163,13 +175,54 @@ def _checked_config(
     from_step, checkpoint = job_resume.check_resume(resolved)
     if attempts:  # written now: a SIGKILLed attempt leaves no end to say it
         job_resume.set_from_step(job.output_dir, attempts, from_step)
+    job_resume.check_steps_left(from_step, checkpoint, trainer.max_steps)
     job_resume.check_claim(resolved, checkpoint)
     preflight.check_accelerator(trainer.accelerator)
+    preflight.check_worker_processes(trainer)
+    preflight.warn_about_schedule(settings)
     if settings.model:
         from kiln.models import get_model_entry
 
         get_model_entry(settings.model["name"])
-    return settings, resolved, checkpoint
+    return settings, resolved, checkpoint, from_step
+
+
+def _finished_at(life: Lifecycle, settings: TrainConfig, from_step: int) -> dict[str, Any] | None:
+    """The record of a job that already ended ``ok`` at the step it would resume from, when
+    that is ``trainer.max_steps`` (re-run with a change resume allows, e.g. logging): there
+    is nothing to train, and an attempt that trains nothing changes no figure of the job."""
+    if from_step == 0 or from_step != settings.trainer.max_steps:
+        return None
+    earlier = life.earlier_record()
+    if earlier is None or earlier.get("status") != "ok" or earlier.get("global_step") != from_step:
+        return None  # a job killed after its last checkpoint: the attempt completes its record
+    return earlier
+
+
+def _record_attempt(
+    life: Lifecycle, job: JobInfo, attempts: list[dict[str, Any]], exc: BaseException | None
+) -> None:
+    """The job's status once its work ended (``exc``), and how this attempt ended, into
+    ``attempts.json`` and the record (``Lifecycle``'s ``on_exit``)."""
+    if isinstance(exc, Requeued):
+        life.record["status"] = "requeued"  # the next attempt resumes it
+    elif _stopped_at_a_step(exc, life.record):
+        life.record.update(status=STOPPED, error=None)  # a re-run resumes it
+    if not attempts:
+        return
+    end, details = _attempt_end(exc, life.record), {}
+    if life.unchanged:
+        end = "skipped"  # nothing to train: see _finished_at
+    step = TrainRecord.from_json(life.record).global_step
+    if end == "failed" and life.refused:  # nothing trained: the record stays
+        end = "refused"
+        details = {k: life.record[k] for k in ("error", "error_stage")}
+        if life.kept is not None:  # the job still stands where its last attempt left it
+            step = TrainRecord.from_json(life.kept).global_step
+    elif end == "failed":  # kept once a later attempt ends ok (a lost node's name)
+        details = {"error": life.record.get("error")}
+    job_resume.end_attempt(job.output_dir, attempts, end, step, **details)
+    life.record["attempts"] = attempts
 
 
 def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
@@ -181,20 +234,7 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
     attempts: list[dict[str, Any]] = []
 
     def record_attempt(exc: BaseException | None) -> None:
-        if isinstance(exc, Requeued):
-            life.record["status"] = "requeued"  # the next attempt resumes it
-        if attempts:
-            end, details = _attempt_end(exc, life.record), {}
-            step = TrainRecord.from_json(life.record).global_step
-            if end == "failed" and life.refused:  # nothing trained: the record stays
-                end = "refused"
-                details = {k: life.record[k] for k in ("error", "error_stage")}
-                if life.kept is not None:  # the job still stands where its last attempt left it
-                    step = TrainRecord.from_json(life.kept).global_step
-            elif end == "failed":  # kept once a later attempt ends ok (a lost node's name)
-                details = {"error": life.record.get("error")}
-            job_resume.end_attempt(job.output_dir, attempts, end, step, **details)
-            life.record["attempts"] = attempts
+        _record_attempt(life, job, attempts, exc)
 
     with Lifecycle(
         job,
@@ -208,8 +248,18 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
         if life.writer:  # first: a refused attempt is listed too
             attempts.extend(job_resume.begin_attempt(job.output_dir))
         with stage("config"):
-            settings, resolved, checkpoint = _checked_config(cfg, job, life, attempts)
+            settings, resolved, checkpoint, from_step = _checked_config(cfg, job, life, attempts)
             trainer = settings.trainer
+            finished = _finished_at(life, settings, from_step)
+        if finished is not None:
+            print(
+                f"{job.output_dir}: already trained to trainer.max_steps={from_step} and ended "
+                "ok: nothing to train, its record and W&B run stay as they are (raise "
+                "trainer.max_steps to train on)",
+                flush=True,
+            )
+            life.keep(finished)
+            return life.record
         with stage("setup"):
             # the data and model the config describes (a CSV without its label column, labels
             # the model has no class for, too few rows for a batch): before W&B, too

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kiln.core import CompileConfig
 from kiln.experiments.resolvers import register_resolvers
-from kiln.experiments.schema import JobConfig
+from kiln.experiments.schema import JobConfig, check_known_keys
 from kiln.experiments.train.objective import OptimizedMetric
 
 COMPILE_CACHE_DIR = "${paths.log_dir}/inductor_cache"
@@ -59,8 +59,10 @@ def validate(cfg: DictConfig) -> TrainConfig:
     """Build the dataclasses from ``cfg``, running every ``__post_init__`` check.
 
     Raises:
-        ValueError: A value is out of range; the message names the key and what is valid.
+        ValueError: A value is out of range, or a key the schema does not know was added
+            (``+trainer.max_step=5``); the message names the key and what is valid.
     """
+    check_known_keys(cfg)
     settings = OmegaConf.to_object(cfg)
     assert isinstance(settings, TrainConfig), type(settings)
     return settings

@@ -76,20 +76,41 @@ def train_worker(
                 pass  # Fabric's CSVLogger keeps no hyperparameters; summary.json has them
     # SIGTERM, Ctrl-C and SLURM's USR2 stop the run at the next step boundary, with a
     # checkpoint there; the job then re-raises the signal (runner.end_after_signal)
+    callbacks = build_callbacks(settings.callbacks)
     with stop_on_signals():
         result = fit(
             module,
             trainer,
             settings.compile,
             loggers=loggers if global_rank() == 0 else [],
-            callbacks=build_callbacks(settings.callbacks),
+            callbacks=callbacks,
             run_config=resolved,
         )
-    record = {**dataclasses.asdict(result), "init_weights_sha256": init_hash}
+    record = {
+        **dataclasses.asdict(result),
+        "init_weights_sha256": init_hash,
+        "best_checkpoint": best_checkpoint(callbacks),
+    }
     stopped = result.stop_reason == "signal"  # the resumed attempt tests the final weights
     if settings.test_after_fit and global_rank() == 0 and not stopped:
         record["metrics"] = {**record["metrics"], **test_pass(module, result.global_step, loggers)}
     return record
+
+
+def best_checkpoint(callbacks: list[Any]) -> dict[str, Any] | None:
+    """Which step the run's ``BestCheckpoint`` file holds (``None`` without one, or before
+    its first save): ``path``, ``step``, ``monitor`` and ``value``."""
+    from kiln.core.callbacks import BestCheckpoint
+
+    for callback in callbacks:
+        if isinstance(callback, BestCheckpoint) and callback.best_step is not None:
+            return {
+                "path": str(callback.path),
+                "step": callback.best_step,
+                "monitor": callback.monitor,
+                "value": callback.best,
+            }
+    return None
 
 
 def test_pass(module: Any, step: int, loggers: list[Any]) -> dict[str, float]:

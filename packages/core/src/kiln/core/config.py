@@ -148,6 +148,13 @@ class TrainerConfig:
     """Processes (one per device) on this node."""
     num_nodes: int = 1
     """Nodes in the job (multi-node runs are started by torchrun or SLURM)."""
+    threads_per_rank: int | str | None = None
+    """torch's intra-op threads in each rank, set before its first op whatever started it
+    (kiln's launcher, torchrun, SLURM, one process). ``None`` or ``"auto"``: the cores this
+    process may use on its node (affinity, cgroup quota, SLURM's CPUs) // (``devices x
+    num_nodes``), so the same per-rank work gets the same threads on any layout; an integer
+    sets it (``kiln.core.distributed.threads``). Float sums add in another order on another
+    count."""
     strategy: str = "auto"
     """``auto`` (``ddp`` when there are several processes, else one device), ``ddp``, or
     ``fsdp`` (FSDP2 sharding through Fabric's ModelParallelStrategy; CPU/gloo and
@@ -198,6 +205,7 @@ class TrainerConfig:
             self._check_fsdp()
         _check_positive("trainer.devices", self.devices)
         _check_positive("trainer.num_nodes", self.num_nodes)
+        self._check_threads()
         _check_positive("trainer.val_every_n_steps", self.val_every_n_steps, allow_none=True)
         _check_positive("trainer.limit_val_batches", self.limit_val_batches, allow_none=True)
         _check_positive("trainer.log_every_n_steps", self.log_every_n_steps)
@@ -219,6 +227,17 @@ class TrainerConfig:
             )
         if self.resume == "auto" and self.checkpoint_dir is None:
             raise ValueError("trainer.resume='auto' needs trainer.checkpoint_dir to look in")
+
+    def _check_threads(self) -> None:
+        threads = self.threads_per_rank  # any value: the annotation is not enforced at run time
+        if threads is None or threads == "auto":
+            return
+        # bool is an int subclass: true would read as 1
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(
+                f"trainer.threads_per_rank={threads!r} is not valid; use an integer >= 1, or "
+                "auto (or null) for the cores this process may use // (devices x num_nodes)"
+            )
 
     def _check_fsdp(self) -> None:
         if self.precision not in FSDP_PRECISIONS:

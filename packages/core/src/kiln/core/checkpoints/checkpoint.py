@@ -651,7 +651,8 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
 
     Returns:
         ``config`` (the ``run_config`` given to ``fit``), ``global_step``, ``epoch``,
-        ``world_size`` (processes that wrote it) and ``run_id`` (``None`` where absent).
+        ``world_size`` (processes that wrote it), ``threads_per_rank`` (their intra-op
+        threads) and ``run_id`` (``None`` where absent).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -671,6 +672,7 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
         "global_step": saved.get("global_step"),
         "epoch": saved.get("epoch"),
         "world_size": saved.get("world_size", len(rng) if isinstance(rng, list) else None),  # pyright: ignore[reportUnknownArgumentType]
+        "threads_per_rank": saved.get("threads_per_rank"),
         "run_id": saved.get("run_id"),
     }
 

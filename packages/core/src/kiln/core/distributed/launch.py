@@ -26,6 +26,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from kiln.core.atomic import atomic_write
+from kiln.core.distributed.threads import default_threads_per_rank
 from kiln.core.loop.stop import ignore_repeated_signals, requested_signal, signal_handlers_restored
 
 
@@ -115,15 +116,17 @@ def _main_not_reimported(fn: Callable[..., Any]) -> Generator[None, None, None]:
 
 @contextmanager
 def _worker_threads(nprocs: int) -> Generator[None, None, None]:
-    """Give each worker an equal share of the CPU cores, as torchrun does.
+    """Give each worker an equal share of the cores this process may use, as torchrun does.
 
     Workers inherit the parent's environment when they are spawned; without a limit each
-    would start one compute thread per core and they would oversubscribe the machine.
+    would start one compute thread per core and they would oversubscribe the machine. This
+    is only where a worker starts: ``fit`` sets the threads its rank computes with
+    (``trainer.threads_per_rank``) whatever the launcher gave it.
     """
     if "OMP_NUM_THREADS" in os.environ:
         yield
         return
-    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nprocs))
+    os.environ["OMP_NUM_THREADS"] = str(default_threads_per_rank(nprocs, 1))
     try:
         yield
     finally:

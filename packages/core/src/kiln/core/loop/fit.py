@@ -34,6 +34,7 @@ from kiln.core.callbacks.handle import FitHandle
 from kiln.core.checkpoints.checkpoint import restore_rng_state
 from kiln.core.checkpoints.resume import resume
 from kiln.core.config import CompileConfig, TrainerConfig
+from kiln.core.distributed.threads import apply_threads_per_rank
 from kiln.core.errors import (
     EmptyEpochError,
     EmptyWindowError,
@@ -88,6 +89,7 @@ def fit(
     as ``error.kiln_result``: a :class:`FitResult` whose ``global_step`` is the optimizer
     steps taken and whose ``history`` holds the rows logged before the failure.
     """
+    apply_threads_per_rank(trainer)  # before any op: float sums add in its order
     run = RunState()
     compile_config = compile_config or CompileConfig()
     with (

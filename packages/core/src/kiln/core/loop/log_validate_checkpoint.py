@@ -138,6 +138,8 @@ class LogValidateCheckpoint:
             # with the world size, the global batch a resume on another world must keep
             "accumulate_grad_batches": ctx.trainer.accumulate_grad_batches,
             "micro_batch_size": micro_batch_size(ctx.train_loader),
+            # a resume on another count continues, but its float sums add in another order
+            "threads_per_rank": torch.get_num_threads(),
         }
         directory = ctx.trainer.checkpoint_dir if path is None else path.parent
         if directory is None:

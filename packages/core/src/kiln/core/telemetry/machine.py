@@ -4,8 +4,9 @@ Two runs' step times compare only when they ran on alike machines under alike lo
 shared machine (or two SLURM nodes) the same config can run 5x slower an hour later. So a
 job records
 
-- :func:`describe_machine`: the hardware and software fingerprint (host, CPU model and the
-  cores the process may use, GPUs through NVML, torch/CUDA/cuDNN versions, SLURM job);
+- :func:`describe_machine`: the hardware and software fingerprint (host, CPU model, the
+  cores the process may use and the intra-op threads it computes with, GPUs through NVML,
+  torch/CUDA/cuDNN versions, SLURM job);
 - :func:`calibrate`: a fixed, sub-second device benchmark (a matmul loop at the run's
   precision, a memory copy) just before and just after training;
 - :func:`load_during` that calibration (:func:`calibrate_under_load`): the load average
@@ -74,6 +75,59 @@ def _affinity() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
+def _cgroup_cpu_quota() -> int | None:
+    """The CPUs a cgroup CPU quota lets this process use (rounded up), or ``None`` without one:
+    cgroup v2's ``cpu.max`` in this process's group and its parents, else v1's CFS quota."""
+    limits: list[int] = []
+    try:
+        groups = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in groups:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2: a quota may sit on any ancestor
+            group = Path("/sys/fs/cgroup") / path.lstrip("/")
+            files = [d / "cpu.max" for d in (group, *group.parents)]
+        elif "cpu" in controllers.split(","):
+            base = Path("/sys/fs/cgroup") / controllers / path.lstrip("/")
+            files = [base / "cpu.cfs_quota_us"]
+        else:
+            continue
+        for file in files:
+            try:
+                if file.name == "cpu.max":
+                    quota, period = file.read_text().split()[:2]
+                else:
+                    quota = file.read_text().strip()
+                    period = (file.parent / "cpu.cfs_period_us").read_text().strip()
+            except (OSError, ValueError):
+                continue
+            if quota not in ("max", "-1"):
+                limits.append(max(1, -(-int(quota) // int(period))))
+    return min(limits) if limits else None
+
+
+def _slurm_int(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def usable_cores(ranks_on_node: int = 1) -> int:
+    """The cores this process may compute on: its CPU affinity, at most a cgroup CPU quota's
+    CPUs, and under SLURM at most the CPUs the job holds on this node (``SLURM_CPUS_ON_NODE``;
+    ``SLURM_CPUS_PER_TASK`` x ``ranks_on_node``), which bind nothing with ``task/none``.
+
+    Args:
+        ranks_on_node: The job's processes on this node (each holds its
+            ``SLURM_CPUS_PER_TASK``).
+    """
+    limits = [len(_affinity()), _cgroup_cpu_quota(), _slurm_int("SLURM_CPUS_ON_NODE")]
+    per_task = _slurm_int("SLURM_CPUS_PER_TASK")
+    if per_task is not None:
+        limits.append(per_task * ranks_on_node)
+    return max(1, min(n for n in limits if n is not None))
+
+
 def _gpus(nvml: Any | None) -> dict[str, Any]:
     if nvml is None:
         return {"gpu_names": [], "gpu_count": 0, "gpu_driver": None, "gpu_cuda_driver": None}
@@ -93,7 +147,9 @@ def describe_machine() -> dict[str, Any]:
 
     Returns:
         ``hostname``, ``cpu_model``, ``cpu_count``, ``affinity_cores`` (how many cores this
-        process may run on) and ``affinity``, ``gpu_names``/``gpu_count``/``gpu_driver``/
+        process may run on) and ``affinity``, ``threads_per_rank`` (torch's intra-op threads in
+        this process now: ``kiln-train`` records the count its ranks computed with,
+        ``kiln.core.distributed.threads``), ``gpu_names``/``gpu_count``/``gpu_driver``/
         ``gpu_cuda_driver`` (NVML; empty on a CPU machine), ``torch``, ``cuda`` (torch's
         build), ``cudnn``, ``python``, and ``slurm_job_id``/``slurm_nodelist`` (``None``
         outside SLURM) with ``slurm_nodes``, every node of the job by name (``[]`` outside
@@ -110,6 +166,7 @@ def describe_machine() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "affinity_cores": len(affinity),
         "affinity": affinity,
+        "threads_per_rank": torch.get_num_threads(),
         **_gpus(_nvml()),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
@@ -164,8 +221,17 @@ def _expand_name(name: str, hostlist: str) -> list[str]:
     return expanded
 
 
-FINGERPRINT_KEYS = ("hostname", "cpu_model", "affinity_cores", "gpu_names", "gpu_driver", "torch")
-"""The :func:`describe_machine` fields two runs must share for their times to compare."""
+FINGERPRINT_KEYS = (
+    "hostname",
+    "cpu_model",
+    "affinity_cores",
+    "threads_per_rank",
+    "gpu_names",
+    "gpu_driver",
+    "torch",
+)
+"""The :func:`describe_machine` fields two runs must share for their times to compare (and,
+``threads_per_rank``, for float sums to add in the same order)."""
 
 
 def _tree_pids(root: int) -> set[int]:

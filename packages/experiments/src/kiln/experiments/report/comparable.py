@@ -32,6 +32,7 @@ _NAMES = {
     "hostname": "host",
     "cpu_model": "CPU",
     "affinity_cores": "cores",
+    "threads_per_rank": "threads per rank",
     "gpu_names": "GPU",
     "gpu_driver": "GPU driver",
     "torch": "torch",

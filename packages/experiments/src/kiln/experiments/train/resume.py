@@ -6,7 +6,8 @@ docs/checkpoints.md). Before ``fit``, :func:`check_resume` reads the stored conf
 checkpoint the job resumes from (the newest, or the one ``trainer.resume=<path>`` names) and
 refuses a change to what the run computes (:data:`FROZEN_KEYS`); ``max_steps``,
 ``max_epochs``, logging, validation cadence and the logger may change, and the number of
-devices with the accumulation when the global batch stays the same.
+devices with the accumulation when the global batch stays the same; other intra-op threads
+per rank than the checkpoint's (``trainer.threads_per_rank``) resume with a warning.
 ``<job dir>/attempts.json`` lists each attempt: when it started, from which step, how it
 ended (an attempt that left no end was killed: SIGKILL, out of memory, node failure;
 ``refused``: it failed before training, and left the job's record as it was).
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -200,7 +202,37 @@ def check_resume(resolved: dict[str, Any]) -> tuple[int, Path | None]:
             "and trainer.devices with trainer.accumulate_grad_batches when the global batch "
             "stays the same" + (f" ({problem})" if problem else "")
         )
+    _say_if_threads_differ(path, meta.get("threads_per_rank"), resolved)
     return int(meta.get("global_step") or 0), path
+
+
+def threads_change(path: Path, saved: int | None, resolved: dict[str, Any]) -> str | None:
+    """Why a resume will not be bit-identical to a run that never stopped: the checkpoint's
+    ranks computed with ``saved`` intra-op threads and this job's get another count
+    (``trainer.threads_per_rank``, or its default on this node and world size); ``None``
+    when the counts agree or the checkpoint predates the record."""
+    from kiln.core.config import TrainerConfig
+    from kiln.core.distributed.threads import threads_per_rank
+
+    devices, nodes = (_select(resolved, f"trainer.{k}") or 1 for k in ("devices", "num_nodes"))
+    chosen = _select(resolved, "trainer.threads_per_rank")
+    now = threads_per_rank(TrainerConfig(devices=devices, num_nodes=nodes, threads_per_rank=chosen))
+    if saved is None or saved == now:
+        return None
+    return (
+        f"{path} was trained with {saved} intra-op thread(s) per rank, this job computes with "
+        f"{now} (trainer.threads_per_rank={chosen!r}): it resumes, but float sums now add in "
+        f"another order, so it will not end bit-identical to a run that never stopped; set "
+        f"trainer.threads_per_rank={saved} to keep the checkpoint's"
+    )
+
+
+def _say_if_threads_differ(path: Path, saved: int | None, resolved: dict[str, Any]) -> None:
+    # a warning, as for a world-size change: a requeue onto a node with other cores, or a
+    # resume on another world size, must go on
+    change = threads_change(path, saved, resolved)
+    if change is not None:
+        warnings.warn(change, stacklevel=3)
 
 
 def check_resume_without_dir(resume: Any) -> None:

@@ -155,6 +155,7 @@ def _checked_config(
     from omegaconf import OmegaConf
 
     from kiln.core.checkpoints.rundir import check_writable
+    from kiln.core.distributed.threads import apply_threads_per_rank
     from kiln.experiments.train.schema import validate
 
     if OmegaConf.select(cfg, "trainer.checkpoint_dir") is None:
@@ -164,6 +165,8 @@ def _checked_config(
     life.record["config"] = resolved
     settings = validate(cfg)  # every __post_init__ range check, before any work
     life.record.update(TrainRecord.config_fields(settings))
+    # before the model is built and calibrated: the count every rank computes with
+    life.record["machine"]["threads_per_rank"] = apply_threads_per_rank(settings.trainer)
     if life.writer:
         import_early(settings.logger)  # before the model's and Fabric's modules
     from kiln.models.plugins import load_plugins

@@ -141,3 +141,23 @@ def test_a_resume_that_names_no_checkpoint_says_what_to_pass(finished, tmp_path,
     assert expected.format(newest=newest) in record["error"], record["error"]
     assert "damaged" not in record["error"]
     assert not (job_dir / "wandb").exists()
+
+
+def test_a_truncated_fsdp_shard_is_taken_out_of_the_run(tmp_path):
+    """The same with a sharded checkpoint (FSDP on a mesh of one rank, in this process)."""
+    fsdp = ["trainer.accelerator=cpu", "trainer.strategy=fsdp", "trainer.max_steps=6"]
+    args = [*fsdp, "trainer.checkpoint_every_n_steps=2", "trainer.keep_last_k=3"]
+    job_dir = tmp_path / "job"
+    proc = run_train([*FAST, *args, f"hydra.run.dir={job_dir}"], tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    ckpt = job_dir / "checkpoints"
+    shard = ckpt / "step-00000006.ckpt" / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+
+    proc = run_train([*FAST, *args, "trainer.max_steps=8", f"hydra.run.dir={job_dir}"], tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    assert f"resumed from {ckpt / 'step-00000004.ckpt'} at step 4" in proc.stdout + proc.stderr
+    assert [a["from_step"] for a in summary(job_dir)["attempts"]] == [0, 4]
+    assert _listed(job_dir) == ["step-00000004.ckpt", "step-00000006.ckpt", "step-00000008.ckpt"]
+    damaged = ckpt / "step-00000006.ckpt.damaged" / "__0_0.distcp"
+    assert damaged.stat().st_size < (ckpt / "step-00000006.ckpt" / "__0_0.distcp").stat().st_size

@@ -13,7 +13,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from train_helpers import FAST, explain, job_dirs, run_train, summary, user_env
+from train_helpers import (
+    FAST,
+    checkpointed_steps,
+    explain,
+    job_dirs,
+    run_train,
+    start_train,
+    summary,
+    user_env,
+    wait_until,
+)
 
 from kiln.experiments.tracking.wandb_files import read_history, read_run
 
@@ -26,45 +36,11 @@ ARGS = [
 ]
 
 
-def _checkpointed_steps(job_dir: Path) -> list[int]:
-    run_file = job_dir / "checkpoints" / "run.json"
-    try:
-        names = json.loads(run_file.read_text())["checkpoints"]
-    except (OSError, ValueError, KeyError):
-        return []
-    return [int(name.split("-")[1].split(".")[0]) for name in names]
-
-
 def _start(
     job_dir: Path, log_dir: Path, name: str, extra: tuple = (), group: bool = False
 ) -> tuple[subprocess.Popen, Path]:
-    """Start kiln-train into ``job_dir`` (in a new session if ``group``, for signals to its
-    whole process group); returns the process and the file its output goes to."""
-    env = {**user_env(), "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
-    cmd = [sys.executable, "-m", "kiln.experiments.train", *ARGS, *extra]
-    out = log_dir / f"attempt-{name}.log"
-    with out.open("w") as f:
-        proc = subprocess.Popen(
-            [*cmd, f"hydra.run.dir={job_dir}"],
-            env=env,
-            cwd=log_dir,
-            stdout=f,
-            stderr=f,
-            start_new_session=group,
-            # a terminal's shell gives its job the default SIGINT action; a background
-            # shell (CI) ignores it, and the job would end as for SIGTERM (Terminated)
-            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if group else None,
-        )
-    return proc, out
-
-
-def _wait_until(proc: subprocess.Popen, out: Path, ready: Callable[[str], bool]) -> None:
-    """Wait until ``ready(the output so far)``; fail if the job ends first or in 600 s."""
-    deadline = time.monotonic() + 600
-    while not ready(out.read_text()):
-        assert proc.poll() is None, f"ended before the signal: {out.read_text()[-4000:]}"
-        assert time.monotonic() < deadline, "not ready within 600 s"
-        time.sleep(0.05)
+    """:func:`train_helpers.start_train` with this module's ``ARGS`` and ``extra``."""
+    return start_train([*ARGS, *extra], job_dir, log_dir, name, group)
 
 
 def _start_and_stop(
@@ -78,13 +54,13 @@ def _start_and_stop(
     """Start kiln-train into ``job_dir``; send ``sig`` once ``ready(its output so far)``, to
     its whole process group if ``group`` (as a terminal's Ctrl-C does)."""
     proc, out = _start(job_dir, log_dir, signal.Signals(sig).name, extra, group)
-    _wait_until(proc, out, ready)
+    wait_until(proc, out, ready)
     if group:
         os.killpg(proc.pid, sig)
     else:
         proc.send_signal(sig)
     proc.wait(timeout=300)
-    assert max(_checkpointed_steps(job_dir)) < STEPS, "the run finished before the signal"
+    assert max(checkpointed_steps(job_dir)) < STEPS, "the run finished before the signal"
     return proc.returncode
 
 
@@ -95,9 +71,9 @@ def killed_twice(tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("resume")
     job_dir = log_dir / "job"
     killed = _start_and_stop(
-        job_dir, log_dir, signal.SIGKILL, lambda _: bool(_checkpointed_steps(job_dir))
+        job_dir, log_dir, signal.SIGKILL, lambda _: bool(checkpointed_steps(job_dir))
     )
-    after = max(_checkpointed_steps(job_dir)) + 2  # progress prints "step N/30 ..."
+    after = max(checkpointed_steps(job_dir)) + 2  # progress prints "step N/30 ..."
     terminated = _start_and_stop(
         job_dir,
         log_dir,
@@ -176,7 +152,7 @@ def test_a_killed_two_device_job_leaves_a_checkpoint_and_no_worker(tmp_path) -> 
     job_dir = tmp_path / "job"
     two = ("trainer.devices=2", "trainer.checkpoint_every_n_steps=1000")
     proc, out = _start(job_dir, tmp_path, "SIGKILL", two)
-    _wait_until(proc, out, lambda o: "step 3/" in o)
+    wait_until(proc, out, lambda o: "step 3/" in o)
     children = psutil.Process(proc.pid).children(recursive=True)
     workers = [p for p in children if "spawn_main" in " ".join(p.cmdline())]  # not W&B's
     assert len(workers) == 2, [p.cmdline() for p in children]
@@ -189,7 +165,7 @@ def test_a_killed_two_device_job_leaves_a_checkpoint_and_no_worker(tmp_path) -> 
     for worker in alive:
         worker.kill()
     assert not alive, f"workers still running after their job was killed: {alive}"
-    (step,) = _checkpointed_steps(job_dir)
+    (step,) = checkpointed_steps(job_dir)
     assert 3 <= step < STEPS, out.read_text()[-4000:]
     assert (job_dir / "checkpoints" / f"step-{step:08d}.ckpt").is_file()
 
@@ -288,7 +264,7 @@ def test_rerun_sweep_skips_finished_jobs_and_resumes_the_killed_one(tmp_path) ->
     cmd = [sys.executable, "-m", "kiln.experiments.train", *args]
     first = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 900
-    while not _checkpointed_steps(sweep_dir / "1"):  # job 0 is done, job 1 has a checkpoint
+    while not checkpointed_steps(sweep_dir / "1"):  # job 0 is done, job 1 has a checkpoint
         assert first.poll() is None and time.monotonic() < deadline, "job 1 never checkpointed"
         time.sleep(0.05)
     first.kill()

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
-from in_process import kiln_command, user_env  # noqa: F401 (user_env: for the tests)
+from in_process import kiln_command, user_env
 from omegaconf import DictConfig
 
 from kiln.experiments.config import config_dir
@@ -58,3 +62,46 @@ def summary(job_dir: Path) -> dict[str, Any]:
 def explain(proc: subprocess.CompletedProcess) -> str:
     out, err = proc.stdout[-4000:], proc.stderr[-6000:]
     return f"exit {proc.returncode}\n--- stdout\n{out}\n--- stderr\n{err}"
+
+
+def checkpointed_steps(job_dir: Path) -> list[int]:
+    """The steps of the checkpoints ``<job dir>/checkpoints/run.json`` lists (none yet: [])."""
+    run_file = job_dir / "checkpoints" / "run.json"
+    try:
+        names = json.loads(run_file.read_text())["checkpoints"]
+    except (OSError, ValueError, KeyError):
+        return []
+    return [int(name.split("-")[1].split(".")[0]) for name in names]
+
+
+def wait_until(proc: subprocess.Popen, out: Path, ready: Callable[[str], bool]) -> None:
+    """Wait until ``ready(the output so far)``; fail if the job ends first or in 600 s."""
+    deadline = time.monotonic() + 600
+    while not ready(out.read_text()):
+        assert proc.poll() is None, f"ended before the signal: {out.read_text()[-4000:]}"
+        assert time.monotonic() < deadline, "not ready within 600 s"
+        time.sleep(0.05)
+
+
+def start_train(
+    args: list[str], job_dir: Path, log_dir: Path, name: str, group: bool = False
+) -> tuple[subprocess.Popen, Path]:
+    """Start ``kiln-train args`` into ``job_dir`` in a fresh interpreter, as a user's shell
+    would (in a new session if ``group``, for signals to its whole process group); returns
+    the process and the file its output goes to (``<log_dir>/attempt-<name>.log``)."""
+    env = {**user_env(), "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
+    cmd = [sys.executable, "-m", "kiln.experiments.train", *args, f"hydra.run.dir={job_dir}"]
+    out = log_dir / f"attempt-{name}.log"
+    with out.open("w") as f:
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=log_dir,
+            stdout=f,
+            stderr=f,
+            start_new_session=group,
+            # a terminal's shell gives its job the default SIGINT action; a background
+            # shell (CI) ignores it, and the job would end as for SIGTERM (Terminated)
+            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if group else None,
+        )
+    return proc, out

@@ -34,6 +34,8 @@ class FitResult:
     train_loss: float | None = None
     telemetry: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
+    # each validation's metrics with its "step" (carried in checkpoints, like history)
+    validation_history: list[dict[str, Any]] = field(default_factory=list)
     checkpoint: str | None = None
     # "max_steps", "max_epochs", "signal" (see kiln.core.loop.stop), or the reason a callback
     # gave loop.request_stop(reason)
@@ -52,6 +54,7 @@ class RunState:
     batch_in_epoch: int = 0  # micro-batches of the current epoch already trained on
     skipped_steps: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
+    validation_history: list[dict[str, Any]] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     checkpoint: str | None = None  # the newest checkpoint this run wrote
     lr: float | None = None  # the learning rate the latest step used
@@ -70,6 +73,7 @@ class RunState:
             "batch_in_epoch": self.batch_in_epoch,
             "skipped_steps": self.skipped_steps,
             "history": list(self.history),
+            "validation_history": list(self.validation_history),
             "metrics": dict(self.metrics),
             "stop_reason": self.stop_reason,
             "run_id": self.run_id,
@@ -79,6 +83,7 @@ class RunState:
         for key in ("global_step", "epoch", "batch_in_epoch", "skipped_steps"):
             setattr(self, key, int(state[key]))
         self.history = list(state.get("history", []))
+        self.validation_history = list(state.get("validation_history", []))
         self.metrics = dict(state.get("metrics", {}))
         self.stop_reason = state.get("stop_reason")
         self.run_id = state.get("run_id")
@@ -92,6 +97,7 @@ class RunState:
             train_loss=self.history[-1]["train/loss"] if self.history else None,
             telemetry=dict(telemetry or {}),
             history=list(self.history),
+            validation_history=list(self.validation_history),
             checkpoint=self.checkpoint,
             stop_reason=self.stop_reason,
             stop_signal=self.stop_signal,

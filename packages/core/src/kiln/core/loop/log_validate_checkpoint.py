@@ -90,6 +90,8 @@ class LogValidateCheckpoint:
         metrics = validate(self.ctx, self.run.global_step)
         if metrics is not None:
             self.run.metrics = metrics
+            # in the checkpoints: a resumed run re-logs what a killed one's logger lost
+            self.run.validation_history.append({"step": self.run.global_step, **metrics})
             self.ctx.fabric.call("on_validation_metrics", metrics)
 
     def log(self, grad_norm: torch.Tensor | None) -> None:

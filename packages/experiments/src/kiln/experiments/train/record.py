@@ -78,6 +78,8 @@ class TrainRecord:
     """With ``stop_reason == "signal"``: the signal's name."""
     telemetry: dict[str, Any] = field(default_factory=dict, metadata=FROM_FIT)
     history: list[dict[str, Any]] = field(default_factory=list, metadata=FROM_FIT)
+    validation_history: list[dict[str, Any]] = field(default_factory=list, metadata=FROM_FIT)
+    """Every validation's ``val/`` metrics with its ``step``, over all attempts."""
     checkpoint: str | None = field(default=None, metadata=FROM_FIT)
     best_checkpoint: dict[str, Any] | None = field(default=None, metadata=FROM_FIT)
     """With a ``BestCheckpoint`` callback: its file (``path``), the ``step`` it holds, the
@@ -105,7 +107,12 @@ class TrainRecord:
         "seed": "trainer.seed",
     }
     """The fields read from the job's config, by config key."""
-    PROGRESS: ClassVar[tuple[str, ...]] = ("global_step", "history", "train_loss")
+    PROGRESS: ClassVar[tuple[str, ...]] = (
+        "global_step",
+        "history",
+        "validation_history",
+        "train_loss",
+    )
     """What a failed ``fit`` had completed (read from its exception)."""
     SUMMARY_SCALARS: ClassVar[tuple[str, ...]] = (
         "global_step",

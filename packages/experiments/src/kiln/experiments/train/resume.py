@@ -309,9 +309,10 @@ def check_claim(resolved: dict[str, Any], checkpoint: Path | None) -> None:
 
 
 def backfill(loggers: list[Any], checkpoint: Path, logged_through: int | None) -> int:
-    """Log the training rows of ``checkpoint``'s history that the job's W&B run lacks (an
-    attempt killed by SIGKILL may have logged rows its W&B process never wrote); returns
-    how many. The run then continues after the checkpoint's step."""
+    """Log the training and validation rows of ``checkpoint``'s histories that the job's W&B
+    run lacks (an attempt killed by SIGKILL may have logged rows its W&B process never
+    wrote), in step order; returns how many. The run then continues after the checkpoint's
+    step."""
     import torch
 
     from kiln.experiments.tracking.wandb_logger import KilnWandbLogger
@@ -322,7 +323,9 @@ def backfill(loggers: list[Any], checkpoint: Path, logged_through: int | None) -
     # a sharded checkpoint keeps its plain values in meta.pt; mmap reads no tensor eagerly
     meta = checkpoint / "meta.pt" if checkpoint.is_dir() else checkpoint
     saved = torch.load(meta, map_location="cpu", mmap=True, weights_only=False)
-    rows = [r for r in saved.get("history", []) if r["step"] > (logged_through or 0)]
+    logged = [*saved.get("history", []), *saved.get("validation_history", [])]
+    # sorted is stable: a step's training row before its validation row, as the loop logs them
+    rows = sorted((r for r in logged if r["step"] > (logged_through or 0)), key=lambda r: r["step"])
     for logger in wandb_loggers:
         for row in rows:
             logger.log_metrics({k: v for k, v in row.items() if k != "step"}, step=row["step"])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from toy import ToyBlocksModule, full_weights
+from toy import ToyBlocksModule, count_loads, full_weights
 
 from kiln.core import TrainerConfig, fit, launch
 from kiln.core.checkpoints.checkpoint import damage, find_latest_checkpoint, read_checkpoint_meta
@@ -54,9 +54,15 @@ def sharded_trainer(root: Path, max_steps: int, **kw) -> TrainerConfig:
 def sharded_run(root: Path, max_steps: int, **kw) -> dict:
     """Train the blocks toy on this rank (top-level: spawned ranks import it)."""
     module = ToyBlocksModule(**MODULE_KW)
+    loaded = count_loads(module)
     result = fit(module, sharded_trainer(root, max_steps, **kw))
     losses = [(row["step"], row["train/loss"]) for row in result.history]
-    return {"weights": full_weights(module), "losses": losses, "checkpoint": result.checkpoint}
+    return {
+        "weights": full_weights(module),
+        "losses": losses,
+        "checkpoint": result.checkpoint,
+        "loaded": loaded.calls,  # this rank's samples: a resume skips those trained before
+    }
 
 
 def resumed_run(root: Path) -> dict:
@@ -118,6 +124,9 @@ def test_resume_auto_of_a_sharded_run_is_bit_identical(ranks) -> None:
         assert full["weights"].keys() == resumed["weights"].keys()
         for key, value in full["weights"].items():
             assert torch.equal(resumed["weights"][key], value), key
+        # a fresh 8-step run ends the same way: only steps 5-8 were trained (2 micro-batches
+        # of 2 samples per rank and step)
+        assert resumed["loaded"] == (STEPS - 4) * 2 * 2
 
 
 def test_each_rank_writes_its_own_shards_into_a_checksummed_pruned_directory(ranks) -> None:

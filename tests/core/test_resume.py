@@ -4,6 +4,7 @@ the weights and logged losses of an uninterrupted 2N run, bit for bit (fp32, CPU
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from lightning.fabric.loggers import Logger
-from toy import CountedDataset, ToyTokenModule, weights
+from toy import ToyTokenModule, count_loads, weights
 from trainers import trainer_config
 
 from kiln.core import TrainerConfig, fit, launch
@@ -61,15 +62,18 @@ def test_resume_after_clean_stop_is_bit_identical(tmp_path: Path) -> None:
     first = fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path / "split", 4))
     assert first.global_step == 4
     resumed_module = ToyTokenModule(**MODULE_KW)
+    loaded = count_loads(resumed_module)
     second = fit(resumed_module, trainer(tmp_path / "split", 8, resume="auto"))
 
     assert second.global_step == 8
+    # a fresh run of 8 steps ends the same way: only steps 5-8 (4 samples each) were trained
+    assert loaded.calls == 4 * 4
     assert_same_weights(weights(resumed_module), weights(full_module))
     assert losses(second) == losses(full)  # history carries over through the checkpoint
     assert second.metrics == full.metrics
 
 
-def test_resume_after_sigkill_is_bit_identical(tmp_path: Path) -> None:
+def test_resume_after_sigkill_is_bit_identical(tmp_path: Path, capsys) -> None:
     steps = 12
     full_module = ToyTokenModule(**MODULE_KW)
     full = fit(full_module, trainer(tmp_path / "full", steps))
@@ -96,8 +100,16 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path: Path) -> None:
     assert not (ckpt_dir / f"step-{steps:08d}.ckpt").exists(), "the kill came too late"
 
     resumed_module = ToyTokenModule(**MODULE_KW)
+    loaded = count_loads(resumed_module)
+    capsys.readouterr()
     resumed = fit(resumed_module, trainer(tmp_path / "killed", steps, resume="auto"))
     assert resumed.global_step == steps
+    # it continued from the newest checkpoint the killed run wrote, training only what followed
+    said = re.search(r"resumed from \S+ at step (\d+)", capsys.readouterr().out)
+    assert said, "it did not say it resumed"
+    start = int(said[1])
+    assert 2 <= start < steps
+    assert loaded.calls == 4 * (steps - start)
     assert_same_weights(weights(resumed_module), weights(full_module))
     assert losses(resumed) == losses(full)
 
@@ -249,14 +261,14 @@ def test_resume_from_copied_checkpoint_in_epochs_1_and_2(tmp_path, uninterrupted
     copy = tmp_path / "copy.ckpt"
     shutil.copy(source, copy)
     module = KillableToy(None, **EPOCHS_KW)
-    module.data = CountedDataset(module.data)
+    loaded = count_loads(module)
     result = fit(module, epochs_trainer(tmp_path, str(copy)))
     _assert_same_run({"weights": weights(module), "result": result}, uninterrupted)
     # the micro-batches trained before the checkpoint are skipped at the sampler: each
     # sample loaded after the resume is one the run trains on (2 per micro-batch)
     per_epoch, total = 20, 2 * 20 + 6 * 3  # step 20 ends the 6th window of epoch 2
     consumed = (step // 7) * per_epoch + (step % 7) * 3
-    assert module.data.calls == 2 * (total - consumed)
+    assert loaded.calls == 2 * (total - consumed)
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from toy import ToyBlocksModule, ToyTokenModule, full_weights, weights
+from toy import ToyBlocksModule, ToyTokenModule, count_loads, full_weights, weights
 
 from kiln.core import TrainerConfig, fit, launch
 
@@ -44,8 +44,14 @@ def config(root: Path, devices: int, steps: int, resume: str | None, **kw) -> Tr
 def run(root: Path, devices: int, steps: int, resume: str | None = None) -> dict:
     """Top-level so spawned ranks can import it."""
     module = ToyTokenModule(**MODULE_KW)
+    loaded = count_loads(module)
     result = fit(module, config(root, devices, steps, resume))
-    return {"weights": weights(module), "history": result.history, "step": result.global_step}
+    return {
+        "weights": weights(module),
+        "history": result.history,
+        "step": result.global_step,
+        "loaded": loaded.calls,  # this rank's samples: a resume skips those trained before
+    }
 
 
 def full_and_stopped(root: Path, devices: int) -> tuple[dict, dict]:
@@ -62,6 +68,12 @@ def assert_same_run(got: dict, want: dict) -> None:
     assert logged == pytest.approx([r["train/loss"] for r in want["history"]], rel=0, abs=1e-12)
 
 
+def assert_resumed(got: dict, devices: int, global_batch: int) -> None:
+    """It continued from step STOP: a fresh run on the new world size ends like the
+    uninterrupted one too, but loads every step's samples, not only those after STOP."""
+    assert got["loaded"] == (STEPS - STOP) * global_batch // devices
+
+
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> dict:
     """Runs on 2 gloo ranks: uninterrupted, and stopped at step 10 (a copy of its checkpoint)."""
@@ -75,6 +87,7 @@ def two_ranks(tmp_path_factory) -> dict:
 def test_a_two_rank_checkpoint_resumes_on_one_rank(two_ranks) -> None:
     resumed = run(two_ranks["root"] / "stopped", 1, STEPS, "auto")  # accumulation 2 -> 4
     assert_same_run(resumed, two_ranks["full"])
+    assert_resumed(resumed, 1, GLOBAL_BATCH)
 
 
 def test_a_one_rank_checkpoint_resumes_on_two_ranks(tmp_path, two_ranks) -> None:
@@ -84,6 +97,7 @@ def test_a_one_rank_checkpoint_resumes_on_two_ranks(tmp_path, two_ranks) -> None
     resumed = launch(run, 2, tmp_path / "split", 2, STEPS, "auto")  # accumulation 4 -> 2
     for rank in resumed:
         assert_same_run(rank, full)
+        assert_resumed(rank, 2, GLOBAL_BATCH)
 
 
 def test_another_global_batch_fails_naming_both_world_sizes_and_what_works(
@@ -118,10 +132,16 @@ FSDP_BATCH = 12
 def fsdp_run(root: Path, devices: int, steps: int, resume: str | None = None) -> dict:
     """Top-level so spawned ranks can import it."""
     module = ToyBlocksModule(**FSDP_KW)
+    loaded = count_loads(module)
     accumulate = FSDP_BATCH // (FSDP_KW["batch_size"] * devices)
     cfg = config(root, devices, steps, resume, strategy="fsdp", accumulate_grad_batches=accumulate)
     result = fit(module, cfg)
-    return {"weights": full_weights(module), "history": result.history, "step": result.global_step}
+    return {
+        "weights": full_weights(module),
+        "history": result.history,
+        "step": result.global_step,
+        "loaded": loaded.calls,
+    }
 
 
 def fsdp_on_two(root: Path) -> tuple[dict, dict]:
@@ -158,6 +178,7 @@ def test_a_sharded_checkpoint_of_two_ranks_resumes_on_one(sharded) -> None:
     resumed = fsdp_run(sharded["root"] / "two-to-one", 1, STEPS, "auto")
     print(f"fsdp 2 -> 1: max abs weight difference {max_difference(resumed, sharded['full'])}")
     assert_same_run(resumed, sharded["full"])
+    assert_resumed(resumed, 1, FSDP_BATCH)
 
 
 def test_a_sharded_checkpoint_of_one_rank_resumes_on_two(tmp_path, sharded) -> None:
@@ -166,6 +187,7 @@ def test_a_sharded_checkpoint_of_one_rank_resumes_on_two(tmp_path, sharded) -> N
     for rank in launch(fsdp_run, 2, tmp_path, 2, STEPS, "auto"):  # accumulation 6 -> 3
         print(f"fsdp 1 -> 2: max abs weight difference {max_difference(rank, sharded['full'])}")
         assert_same_run(rank, sharded["full"])
+        assert_resumed(rank, 2, FSDP_BATCH)
 
 
 @pytest.mark.process  # a 3-rank launch; 2 -> 1 and 1 -> 2 prove resharding in the fast tier
@@ -173,9 +195,11 @@ def test_a_sharded_checkpoint_of_two_ranks_resumes_on_three(sharded, grown) -> N
     assert (sharded["root"] / "two" / "ckpt" / f"step-{STEPS:08d}.ckpt").is_dir()  # sharded
     for rank in grown:
         assert_same_run(rank, sharded["full"])
+        assert_resumed(rank, 3, FSDP_BATCH)
 
 
 @pytest.mark.slow  # a third FSDP launch; growing the world is tested in make test-all
 def test_a_sharded_checkpoint_of_three_ranks_resumes_on_two(sharded, grown) -> None:
     for rank in launch(fsdp_run, 2, sharded["root"] / "three", 2, STEPS, "auto"):
         assert_same_run(rank, sharded["full"])
+        assert_resumed(rank, 2, FSDP_BATCH)

@@ -47,6 +47,14 @@ class CountedDataset(Dataset):
         return self.data[i]
 
 
+def count_loads(module: ToyTokenModule) -> CountedDataset:
+    """Make ``module`` train on a :class:`CountedDataset` of its ``data``, and return it: after
+    a resumed ``fit``, its ``calls`` are the samples trained since the checkpoint."""
+    counted = CountedDataset(module.data)
+    setattr(module, "data", counted)  # noqa: B010 (the toy's data is typed ToySequences)
+    return counted
+
+
 class ToyTokenModule(L.LightningModule):
     """Per-token classifier whose loss averages over non-padding tokens."""
 

@@ -138,7 +138,8 @@ def _output_tensors(output: Any) -> dict[str, torch.Tensor]:
 def check_export(name: str, tmp_path: Path) -> None:
     """``export`` writes what the model's own library loads without kiln (transformers by
     the saved architecture, timm by ``local-dir:``), with equal outputs; ``load_export``
-    loads it back into a differently initialized model."""
+    loads it back into a differently initialized model, whose outputs differed before."""
+    torch.manual_seed(0)
     module = tiny_model(name).eval()
     out = module.export(tmp_path / "export")
     config = json.loads((out / "config.json").read_text())
@@ -168,6 +169,9 @@ def check_export(name: str, tmp_path: Path) -> None:
         torch.testing.assert_close(actual[key], expected[key])
     torch.manual_seed(1)
     other = tiny_model(name).eval()
+    with torch.no_grad():
+        fresh = run(other.model)
+    assert any(not torch.allclose(fresh[k], expected[k]) for k in expected), "same weights"
     other.load_export(out)
     with torch.no_grad():
         loaded = run(other.model)

@@ -142,28 +142,39 @@ def option_runs() -> dict:
         result = fit(module, fsdp_trainer(max_steps=2, gradient_clip_norm=1.0, **kw))
         finite = all(math.isfinite(row["train/loss"]) for row in result.history)
         out[name] = {**module.seen, "step": result.global_step, "finite": finite}
-    out["hybrid"] = hybrid_placements()
     return out
 
 
-def hybrid_placements() -> dict:
-    """How ``trainer.fsdp.sharding=hybrid`` lays a weight out on 2 "nodes" of 1 device each
-    (the process group of the fits above is still up)."""
+def hybrid_layout() -> dict:
+    """One of 4 gloo ranks, as 2 "nodes" of 2 devices: how ``trainer.fsdp.sharding=hybrid``
+    lays a block's weight out on Fabric's flat mesh of 4, and that weight after one SGD step
+    on this rank's own tokens (top-level: spawned ranks import it)."""
+    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
     from kiln.core.config import FSDPConfig
     from kiln.core.distributed.sharding import shard_module
 
-    mesh = init_device_mesh("cpu", (2, 1), mesh_dim_names=("data_parallel", "tensor_parallel"))
+    dist.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (4, 1), mesh_dim_names=("data_parallel", "tensor_parallel"))
     module = shard_module(
         ToyBlocksModule(**MODULE_KW), mesh, FSDPConfig(sharding="hybrid"), "32-true", 2
     )
     weight = module.blocks[0].linear.weight
-    return {
+    out = {
         "mesh": weight.device_mesh.mesh_dim_names,
         "placements": [type(p).__name__ for p in weight.placements],
-        "local": tuple(weight.to_local().shape),
+        "shard_with": weight.device_mesh["shard"].mesh.tolist(),
+        "replicate_with": weight.device_mesh["replicate"].mesh.tolist(),
+        "full": weight.full_tensor().detach().clone(),
+        "before": weight.to_local().detach().clone(),
     }
+    ids = torch.randint(1, 11, (2, 8), generator=torch.Generator().manual_seed(dist.get_rank()))
+    module(ids).square().mean().backward()
+    torch.optim.SGD(module.parameters(), lr=0.1).step()
+    out["after"] = weight.to_local().detach().clone()
+    dist.destroy_process_group()
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -300,13 +311,22 @@ def test_precision_and_fsdp_options_train(ranks, name, compute, master) -> None:
         assert (seen["compute"], seen["master"], seen["grad"]) == (compute, master, master)
 
 
-def test_hybrid_sharding_replicates_across_nodes_and_shards_within_one(ranks) -> None:
-    # 2 nodes of 1 device: each node holds a whole replica (its one shard is everything)
-    for rank in ranks:
-        hybrid = rank["options"]["hybrid"]
-        assert hybrid["mesh"] == ("replicate", "shard")
-        assert hybrid["placements"] == ["Replicate", "Shard"]
-        assert hybrid["local"] == (16, 16)
+@pytest.mark.process  # a 4-rank launch: 2 nodes of 2 devices, so each node has a shard to split
+def test_hybrid_sharding_replicates_across_nodes_and_shards_within_one() -> None:
+    ranks = launch(hybrid_layout, 4)
+    for rank, got in enumerate(ranks):
+        assert got["mesh"] == ("replicate", "shard")
+        assert got["placements"] == ["Replicate", "Shard"]
+        node, device = divmod(rank, 2)  # a node's ranks are consecutive, as SLURM's tasks
+        assert got["shard_with"] == [2 * node, 2 * node + 1]
+        assert got["replicate_with"] == [device, device + 2]
+        # this device's half of the rows, the same half on either node
+        half = got["full"][8 * device : 8 * (device + 1)]
+        assert got["before"].shape == (8, 16) and torch.equal(got["before"], half)
+        # each rank stepped on its own tokens: the replicas stay equal only when the gradients
+        # are reduced across the nodes too
+        assert not torch.equal(got["after"], got["before"])
+        torch.testing.assert_close(got["after"], ranks[(rank + 2) % 4]["after"])
 
 
 def test_fsdp_on_one_process_trains_on_a_mesh_of_one_rank_and_says_so(tmp_path, caplog) -> None:

@@ -27,6 +27,8 @@ _EXPORTS = {
     "rank_seed": "kiln.core.loop.seeding",
     "weights_hash": "kiln.core.loop.seeding",
     "FitResult": "kiln.core.state",
+    "PrecisionAudit": "kiln.core.telemetry.precision_audit",
+    "precision_audit": "kiln.core.telemetry.precision_audit",
 }
 __all__ = [
     "COMPILE_MODES",
@@ -39,9 +41,11 @@ __all__ = [
     "NonFiniteGradientError",
     "NonFiniteLossError",
     "NonFiniteWeightsError",
+    "PrecisionAudit",
     "TrainerConfig",
     "fit",
     "launch",
+    "precision_audit",
     "rank_seed",
     "unpack_optimizers",
     "weights_hash",
@@ -62,3 +66,4 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from kiln.core.loop.optim import unpack_optimizers
     from kiln.core.loop.seeding import rank_seed, weights_hash
     from kiln.core.state import FitResult
+    from kiln.core.telemetry.precision_audit import PrecisionAudit, precision_audit

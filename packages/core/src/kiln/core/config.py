@@ -192,6 +192,12 @@ class TrainerConfig:
     """Count a micro-batch's FLOPs once (``training_step`` + backward on meta tensors) and
     report ``flops_per_step``, ``achieved_flops_per_s`` and ``mfu`` in the telemetry. A
     module can opt out itself with a ``count_flops = False`` attribute."""
+    precision_audit: bool = False
+    """Audit the first optimizer step of each attempt: which ops ran in which dtype, in which
+    module (``kiln.core.telemetry.precision_audit``), recorded as the telemetry's
+    ``precision_audit``; under ``64-true`` it names every op that ran below float64, under
+    ``bf16-mixed`` every matmul that did not run in bf16 (a warning says so). The audited step
+    runs eagerly (with compile too) and is the run's own step, not an extra one."""
 
     def __post_init__(self) -> None:
         _check_positive("trainer.max_steps", self.max_steps)

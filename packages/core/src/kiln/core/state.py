@@ -64,6 +64,7 @@ class RunState:
     run_id: str | None = None  # set by the resume stage: kept across restarts
     micro_batch_flops: int | None = None  # forward + backward FLOPs of one micro-batch
     grad_bytes: int | None = None  # this rank's gradients, read at the first step (never saved)
+    precision_audit: dict[str, Any] | None = None  # trainer.precision_audit's record (never saved)
     started_at: float = field(default_factory=time.perf_counter)  # fit's start (never saved)
 
     def state(self) -> dict[str, Any]:

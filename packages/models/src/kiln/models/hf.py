@@ -24,6 +24,7 @@ from kiln.models.classification import (
     classification_metrics,
     classification_outputs,
 )
+from kiln.models.hf_float64 import compute_in_input_dtype
 from kiln.models.module import KilnModule
 from kiln.models.optim import OptimizerConfig, SchedulerConfig
 from kiln.models.registry import register_alias, register_model
@@ -173,6 +174,8 @@ class HFModule(KilnModule):
             )
             self.model = auto.from_config(config, attn_implementation=attn_implementation)
             self.model.float()  # train in fp32 masters; Fabric's precision plugin casts
+        # Llama's RMSNorm and rotary embedding compute in float32 even under 64-true
+        compute_in_input_dtype(self.model)
 
     def set_activation_checkpointing(self, enabled: bool) -> None:
         """kiln.core's hook (``trainer.activation_checkpointing``): the model's own

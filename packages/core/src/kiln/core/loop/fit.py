@@ -185,6 +185,7 @@ def finish(ctx: Context, run: RunState) -> FitResult:
         "grad_bytes": run.grad_bytes,
         "activation_checkpointing": ctx.activation_checkpointing,
         "skipped_steps": run.skipped_steps,
+        **({"precision_audit": run.precision_audit} if run.precision_audit else {}),
         # this attempt's whole fit: setup, compile, every step, validation, checkpoints
         "total_time_s": time.perf_counter() - run.started_at,
     }

@@ -8,7 +8,9 @@ of them. Item counts are exact: host integers on the one-process path, float64 t
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+import logging
+from collections.abc import Generator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -21,6 +23,9 @@ from kiln.core.loop.precision import call_under_precision
 from kiln.core.state import Context, RunState
 from kiln.core.telemetry.flops import count_micro_batch_flops
 from kiln.core.telemetry.memory import grad_bytes
+from kiln.core.telemetry.precision_audit import auditing
+
+log = logging.getLogger(__name__)
 
 _AT_LEAST_FP32 = (torch.float32, torch.float64)
 
@@ -44,7 +49,8 @@ def train_step(ctx: Context, run: RunState, window: list[Any]) -> StepOutput:
     if check and ctx.count_flops:  # once, outside the timed step
         run.micro_batch_flops = count_micro_batch_flops(ctx.module, window[0])
     ctx.timer.start()
-    losses, counts, total, samples, last = train_window(ctx, window, run.batch_in_epoch, check)
+    with _audited(ctx, run, check):
+        losses, counts, total, samples, last = train_window(ctx, window, run.batch_in_epoch, check)
     if check:  # once: the gradients exist only between the backward and zero_grad
         run.grad_bytes = grad_bytes(ctx.module)
     step = run.global_step + 1
@@ -59,6 +65,30 @@ def train_step(ctx: Context, run: RunState, window: list[Any]) -> StepOutput:
         run.batch_in_epoch = 0
     ctx.timer.stop(samples * ctx.fabric.world_size, total if ctx.counts_tokens else None)
     return StepOutput(step, losses, counts, total, grad_norm)
+
+
+@contextmanager
+def _audited(ctx: Context, run: RunState, first: bool) -> Generator[None]:
+    """With ``trainer.precision_audit``, audit the first window (eagerly, also when compiled:
+    the audit sees aten ops) into ``run.precision_audit``, and warn if an op did not run as
+    the precision says."""
+    if not (first and ctx.trainer.precision_audit):
+        yield
+        return
+    with (
+        torch.compiler.set_stance("force_eager"),
+        auditing(ctx.module, ctx.trainer.precision) as audit,
+    ):
+        yield
+    run.precision_audit = audit.record()
+    problems = audit.problems()
+    if problems and ctx.fabric.is_global_zero:
+        log.warning(
+            "precision audit: %d ops did not run as trainer.precision=%s says, e.g.: %s",
+            sum(op.count for op in problems),
+            ctx.trainer.precision,
+            "; ".join(str(op) for op in problems[:5]),
+        )
 
 
 def train_window(

@@ -99,6 +99,35 @@ def test_sigterm_exits_143_and_is_recorded(killed_twice) -> None:
 
 
 @pytest.mark.process
+def test_a_stopped_job_reads_stopped_in_the_report_and_fails_its_sweep(
+    killed_twice, tmp_path, capsys
+) -> None:
+    """What reads ``status`` takes ``stopped``: kiln-report lists the job with it, and a
+    sweep that holds it is not done (exit 1)."""
+    import csv
+
+    from omegaconf import OmegaConf
+
+    from kiln.experiments.hydra_callbacks import SweepStatus
+    from kiln.experiments.job import write_job_json
+    from kiln.experiments.report.cli import build_report
+
+    stopped = killed_twice[3]
+    (tmp_path / "0" / ".hydra").mkdir(parents=True)
+    (tmp_path / "0" / ".hydra" / "config.yaml").write_text("{}")
+    write_job_json(tmp_path / "0" / "summary.json", stopped)
+    build_report(tmp_path, show=False)
+    with (tmp_path / "train_runs.csv").open() as handle:
+        (row,) = csv.DictReader(handle)
+    assert (row["status"], row["global_step"]) == ("stopped", str(stopped["global_step"]))
+    with pytest.raises(SystemExit) as info:
+        SweepStatus().on_multirun_end(
+            OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
+        )
+    assert info.value.code == 1 and "1 of 1 jobs failed: 0" in capsys.readouterr().err
+
+
+@pytest.mark.process
 def test_sigterm_checkpoints_at_its_step_and_the_resume_is_exact(killed_twice) -> None:
     """SIGTERM stops the run at the next step boundary with a checkpoint there (none was due:
     every 1000 steps), and the re-run resumes from it to the end of an uninterrupted run."""

@@ -69,8 +69,26 @@ def test_a_warmup_longer_than_the_run_warns_in_the_config_stage(tmp_path):
     args = ["scheduler.warmup_steps=100", "data.batch_size=100", "data.num_train=64"]
     proc = run_train([*FAST, *args, f"hydra.run.dir={tmp_path / 'job'}"], tmp_path)
     assert summary(tmp_path / "job")["error_stage"] == "setup", explain(proc)
-    warning = "scheduler.warmup_steps=100 >= trainer.max_steps=4: the learning rate warms up"
-    assert warning in proc.stderr, explain(proc)
+    warning = "scheduler.warmup_steps=100 is not shorter than the run's 4 optimizer steps"
+    assert warning in proc.stdout + proc.stderr, explain(proc)
+
+
+def test_kiln_bench_refuses_such_a_key_before_anything_is_written(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from kiln.experiments.bench.runner import run_bench_job
+    from kiln.experiments.bench.schema import register_configs
+    from kiln.experiments.config import config_dir
+    from kiln.experiments.job import JobInfo
+
+    register_configs()
+    with initialize_config_dir(config_dir(), version_base="1.3"):
+        cfg = compose("bench", overrides=["+bench.warmups=3"])
+    with pytest.raises(
+        ValueError, match=r"bench.warmups is not a config key.*did you mean bench.warmup"
+    ):
+        run_bench_job(cfg, JobInfo(output_dir=str(tmp_path)))
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("key", ["hydra.run.dir", "hydra.sweep.dir"])

@@ -130,26 +130,34 @@ def lr_factor(step: int, total_steps: int, config: SchedulerConfig) -> float:
     return config.min_lr_ratio + (1 - config.min_lr_ratio) * decay
 
 
-def _say_if_warmup_fills_the_run(config: SchedulerConfig, total_steps: int) -> None:
-    # A warning, not an error: a short debug run (debug=fast) of a long recipe is legitimate,
-    # but a real run whose rate never reaches its peak silently stays near chance.
+_SAID: set[str] = set()  # warnings this process gave (kiln-train's config stage says it first)
+
+
+def say_if_warmup_fills_the_run(config: SchedulerConfig, total_steps: int) -> None:
+    """Warn (once per process) when the warm-up is not shorter than the run's
+    ``total_steps``, naming both numbers: the learning rate never reaches its peak.
+
+    A warning, not an error: a short debug run (debug=fast) of a long recipe is legitimate,
+    but a real run whose rate never reaches its peak silently stays near chance.
+    """
     warmup = config.warmup(total_steps)
-    if warmup >= total_steps:
-        peak = lr_factor(total_steps - 1, total_steps, config)
-        source = (
-            f"scheduler.warmup_steps={warmup}"
-            if config.warmup_steps
-            else f"scheduler.warmup_ratio={config.warmup_ratio} ({warmup} steps)"
-        )
-        log.warning(
-            "%s is not shorter than the run's %d optimizer steps "
-            "(trainer.max_steps, or fewer with max_epochs): the learning rate never reaches "
-            "its peak (it ends at %.0f%% of optimizer.lr) and never decays; use fewer "
-            "warm-up steps or scheduler.warmup_ratio (e.g. 0.1)",
-            source,
-            total_steps,
-            100 * peak,
-        )
+    if warmup < total_steps:
+        return
+    peak = lr_factor(total_steps - 1, total_steps, config)
+    source = (
+        f"scheduler.warmup_steps={warmup}"
+        if config.warmup_steps
+        else f"scheduler.warmup_ratio={config.warmup_ratio} ({warmup} steps)"
+    )
+    message = (
+        f"{source} is not shorter than the run's {total_steps} optimizer steps "
+        "(trainer.max_steps, or fewer with max_epochs): the learning rate never reaches "
+        f"its peak (it ends at {100 * peak:.0f}% of optimizer.lr) and never decays; use fewer "
+        "warm-up steps or scheduler.warmup_ratio (e.g. 0.1)"
+    )
+    if message not in _SAID:
+        _SAID.add(message)
+        log.warning(message)
 
 
 def build_scheduler(
@@ -167,7 +175,7 @@ def build_scheduler(
         total_steps = 1
     if total_steps < 1:
         raise ValueError(f"total_steps={total_steps!r} must be >= 1")
-    _say_if_warmup_fills_the_run(config, total_steps)
+    say_if_warmup_fills_the_run(config, total_steps)
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_factor(step, total_steps, config)
     )

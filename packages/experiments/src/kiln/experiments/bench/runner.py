@@ -12,6 +12,7 @@ from kiln.experiments.bench.suite_lists import is_suite_model
 from kiln.experiments.build import build_module, model_label
 from kiln.experiments.job import BENCH, JobInfo
 from kiln.experiments.lifecycle import Lifecycle
+from kiln.experiments.schema import check_known_keys
 from kiln.experiments.trace import compile_trace, log_trace
 from kiln.experiments.tracking.summary import wandb_summary
 from kiln.experiments.tracking.tags import run_tags
@@ -96,6 +97,7 @@ def run_bench_job(cfg: DictConfig, job: JobInfo) -> dict[str, Any]:
     A config that does not validate raises before anything is written; anything later
     (W&B trouble included) is a record with status ``error`` and its reason.
     """
+    check_known_keys(cfg)  # a +key the schema lacks would be set and never read
     settings = OmegaConf.to_object(cfg)  # runs every __post_init__ check
     assert isinstance(settings, BenchConfig), type(settings)
     resolved = OmegaConf.to_container(cfg, resolve=True)

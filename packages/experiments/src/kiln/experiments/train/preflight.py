@@ -70,21 +70,12 @@ def check_worker_processes(trainer: Any) -> None:
 
 
 def warn_about_schedule(settings: TrainConfig) -> None:
-    """Warn when the learning rate's warm-up outlasts the run (``scheduler.warmup_steps``
-    >= ``trainer.max_steps``): the rate never reaches ``optimizer.lr``."""
-    import warnings
+    """Say now, in the config stage, when the learning rate's warm-up is not shorter than
+    ``trainer.max_steps`` (``kiln.models.optim.say_if_warmup_fills_the_run``)."""
+    from kiln.models.optim import say_if_warmup_fills_the_run
 
-    warmup, steps = settings.scheduler.warmup_steps, settings.trainer.max_steps
-    if steps is None or warmup < steps:
-        return
-    warnings.warn(
-        f"scheduler.warmup_steps={warmup} >= trainer.max_steps={steps}: the learning rate "
-        f"warms up for the whole run and never reaches optimizer.lr (it ends at "
-        f"{steps / warmup:.0%} of it); lower scheduler.warmup_steps, or set it to 0 and use "
-        "scheduler.warmup_ratio",
-        UserWarning,
-        stacklevel=2,
-    )
+    if settings.trainer.max_steps is not None:
+        say_if_warmup_fills_the_run(settings.scheduler, settings.trainer.max_steps)
 
 
 def build_checked(settings: TrainConfig) -> Any:

@@ -4,6 +4,7 @@ import launch_workers
 import pytest
 
 from kiln.core.distributed.launch import WorkerFailedError, launch
+from kiln.core.distributed.threads import default_threads_per_rank
 
 
 def _in_process(x: int) -> tuple[int, int]:
@@ -18,8 +19,8 @@ def test_two_ddp_workers_all_reduce_and_return_in_rank_order(monkeypatch):
     assert all(r["world_size"] == 2 for r in results)
     assert all(r["sum"] == 3.0 for r in results)  # 1 + 2
     assert all(r["tag"] == "hello" for r in results)
-    # each worker gets its share of the cores, as torchrun gives it
-    share = str(max(1, (os.cpu_count() or 1) // 2))
+    # each worker starts with its share of the cores it may use, as torchrun gives it
+    share = str(default_threads_per_rank(2, 1))
     assert [r["threads"] for r in results] == [share, share]
     assert "OMP_NUM_THREADS" not in os.environ  # the parent's environment is left as it was
 

@@ -135,3 +135,15 @@ def test_local_workers_and_torchrun_ranks_compute_with_the_same_threads(monkeypa
     # keeps torch's default of one thread per core)
     if usable_cores() >= 2:
         assert [r["given"] for r in two_nodes] != [r["given"] for r in local], (two_nodes, local)
+
+
+def test_the_calibration_measures_the_machine_on_every_core_whatever_the_jobs_count(
+    restored_threads,
+):
+    """Jobs of 1 and of 2 ranks per node compute with other counts; their calibrations (the
+    machine's speed, compared by kiln-report) must not follow them."""
+    from kiln.core.telemetry.machine import calibrate
+
+    torch.set_num_threads(1)
+    assert calibrate(budget_s=0.01)["threads"] == usable_cores()
+    assert torch.get_num_threads() == 1  # the job's count again

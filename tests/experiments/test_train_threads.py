@@ -85,3 +85,21 @@ def test_a_bad_count_fails_in_the_config_stage(tmp_path):
     assert record["error_stage"] == "config", record
     assert "trainer.threads_per_rank=0 is not valid; use an integer >= 1" in record["error"]
     assert not (tmp_path / "wandb").exists() and not (tmp_path / "checkpoints").exists()
+
+
+def test_a_scaling_ratio_compares_the_threads_per_rank_or_on_a_node(attempts):
+    """1 rank x 2 threads against 2 ranks x 1 (the default on 2 cores: the same cores) is a
+    scaling result, and so is 1 x 1 against 2 x 1 (the same threads per rank); 1 x 1 against
+    2 x 2 is neither."""
+    _, first, _, _ = attempts
+
+    def run(devices: int, threads: int) -> dict[str, Any]:
+        record = copy.deepcopy(first)
+        record["config"]["trainer"]["devices"] = devices
+        record["machine"]["threads_per_rank"] = threads
+        return record
+
+    assert "threads" not in (verdict(run(2, 1), run(1, 2)) or "")
+    assert "threads" not in (verdict(run(2, 1), run(1, 1)) or "")
+    said = verdict(run(2, 2), run(1, 1)) or ""
+    assert said.startswith("confounded: other threads per rank (2 vs 1; per node 4 vs 1)"), said

@@ -363,7 +363,9 @@ def calibrate(
     budget_s: float = CALIBRATION_BUDGET_S,
 ) -> dict[str, Any]:
     """A fixed device benchmark of about ``2 * budget_s`` seconds: square matmuls in the
-    precision's dtype, then a float32 device-to-device copy.
+    precision's dtype, then a float32 device-to-device copy. On the CPU it runs on
+    :func:`usable_cores` threads whatever the job's ``threads_per_rank``: it measures the
+    machine, and jobs of 1 and of 2 ranks per node must calibrate alike.
 
     Args:
         device: Where the run computes (``cpu``, ``cuda``, ``cuda:1``).
@@ -373,16 +375,26 @@ def calibrate(
     Returns:
         ``matmul_gflop_per_s`` (at ``matmul_dtype``, ``matmul_size``-square matrices) and
         ``copy_gb_per_s`` (bytes read plus written per second over ``copy_mb`` MiB), with the
-        ``device`` and the ``seconds`` it took.
+        ``device``, the intra-op ``threads`` and the ``seconds`` it took.
     """
     import torch
 
-    device = torch.device(device)
+    started, threads = time.perf_counter(), torch.get_num_threads()
+    torch.set_num_threads(usable_cores())
+    try:
+        result = _calibrate(torch.device(device), precision, budget_s)
+    finally:
+        torch.set_num_threads(threads)
+    return {**result, "seconds": round(time.perf_counter() - started, 3)}
+
+
+def _calibrate(device: torch.device, precision: str, budget_s: float) -> dict[str, Any]:
+    import torch
+
     dtype = calibration_dtype(precision)
     cuda = device.type == "cuda"
     sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
     size, copy_mb = (4096, 256) if cuda else (192, 64)
-    started = time.perf_counter()
     generator = torch.Generator(device="cpu").manual_seed(0)
     a = torch.randn(size, size, generator=generator).to(device=device, dtype=dtype)
     b = torch.randn(size, size, generator=generator).to(device=device, dtype=dtype)
@@ -403,11 +415,11 @@ def calibrate(
         "device": str(device),
         "matmul_dtype": str(dtype).removeprefix("torch."),
         "matmul_size": size,
+        "threads": torch.get_num_threads(),
         "matmul_gflop_per_s": round(gflop * per_s, 3),
         "copy_mb": copy_mb,
         "copy_gb_per_s": round(2 * copy_mb * 2**20 * copies / 1e9, 3),
         "chunks": chunks + copy_chunks,
-        "seconds": round(time.perf_counter() - started, 3),
     }
 
 

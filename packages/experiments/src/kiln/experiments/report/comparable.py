@@ -22,7 +22,8 @@ IMPOSSIBLE_EFFICIENCY = 1.05
 """A scaling efficiency above this on the same hardware cannot be true: a measurement symptom."""
 TRUST_RULE = (
     f"a ratio of two runs is a result only when both recorded their machine, with the same "
-    f"fingerprint ({', '.join(FINGERPRINT_KEYS)}), calibrations (matmul, copy; before and "
+    f"fingerprint ({', '.join(FINGERPRINT_KEYS)}; across ranks per node, the same threads per "
+    f"rank or per node), calibrations (matmul, copy; before and "
     f"after training) within {1 + CALIBRATION_TOLERANCE:.2f}x of each other, other processes' "
     f"CPU use differing by at most {LOAD_TOLERANCE_CORES:g} core and using fewer cores than the "
     f"job may use; otherwise it is `confounded: <reason>` and left out of means; a scaling "
@@ -32,7 +33,6 @@ _NAMES = {
     "hostname": "host",
     "cpu_model": "CPU",
     "affinity_cores": "cores",
-    "threads_per_rank": "threads per rank",
     "gpu_names": "GPU",
     "gpu_driver": "GPU driver",
     "torch": "torch",
@@ -86,6 +86,28 @@ def _calibration_reasons(run: dict[str, Any], base: dict[str, Any]) -> list[str]
     return reasons
 
 
+def _ranks_per_node(record: dict[str, Any]) -> int:
+    trainer = (record.get("config") or {}).get("trainer") or {}
+    return trainer.get("devices") or record.get("devices") or 1
+
+
+def _threads_reason(run: dict[str, Any], base: dict[str, Any]) -> str | None:
+    """Runs with as many ranks per node must compute with the same threads per rank (float
+    sums, and speed, follow the count). A scaling ratio (other ranks per node) compares when
+    either the threads per rank (more ranks, more cores) or the threads on a node (ranks x
+    threads per rank: the same cores, as the default gives) are the same."""
+    mine, theirs = [(r.get("machine") or {}).get("threads_per_rank") for r in (run, base)]
+    if mine == theirs:
+        return None
+    ranks = [_ranks_per_node(r) for r in (run, base)]
+    if ranks[0] == ranks[1] or mine is None or theirs is None:
+        return f"other threads per rank ({mine} vs {theirs})"
+    on_node = (mine * ranks[0], theirs * ranks[1])
+    if on_node[0] == on_node[1]:
+        return None
+    return f"other threads per rank ({mine} vs {theirs}; per node {on_node[0]} vs {on_node[1]})"
+
+
 def verdict(run: dict[str, Any], base: dict[str, Any]) -> str | None:
     """Whether ``run``'s time divided by (or into) ``base``'s is a result.
 
@@ -105,8 +127,10 @@ def verdict(run: dict[str, Any], base: dict[str, Any]) -> str | None:
     reasons = [
         f"other {_NAMES[k]} ({mine.get(k)} vs {theirs.get(k)})"
         for k in FINGERPRINT_KEYS
-        if mine.get(k) != theirs.get(k)
+        if k != "threads_per_rank" and mine.get(k) != theirs.get(k)
     ]
+    if (threads := _threads_reason(run, base)) is not None:
+        reasons.append(threads)
     other_hardware = bool(reasons)  # whose calibrations differ anyway
     loads = [_other_cores(m) for m in machines]
     if None not in loads:  # the load first: the likeliest cause on a shared machine

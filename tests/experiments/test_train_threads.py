@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from train_helpers import FAST, explain, run_train, summary
+from train_helpers import FAST, compose_train, explain, run_train, summary
 
 from kiln.core.checkpoints.checkpoint import read_checkpoint_meta
 from kiln.core.distributed.threads import default_threads_per_rank
@@ -103,3 +103,8 @@ def test_a_scaling_ratio_compares_the_threads_per_rank_or_on_a_node(attempts):
     assert "threads" not in (verdict(run(2, 1), run(1, 1)) or "")
     said = verdict(run(2, 2), run(1, 1)) or ""
     assert said.startswith("confounded: other threads per rank (2 vs 1; per node 4 vs 1)"), said
+
+
+@pytest.mark.parametrize(("value", "expected"), [("auto", "auto"), ("null", None), ("3", 3)])
+def test_the_key_composes_through_the_structured_config(value, expected):
+    assert compose_train([f"trainer.threads_per_rank={value}"]).trainer.threads_per_rank == expected

@@ -5,8 +5,10 @@
 #   scripts/slurm_local.sh [--nodes N] status  print each node's state; exit 0 when all are usable
 #   scripts/slurm_local.sh on node1 CMD...     run CMD as on node1 (its namespace and hostname)
 # Run as root (CI runs it as root on a fresh machine). Re-running while it is up is a no-op
-# apart from the checks. One partition `debug` (default, oversubscribed, no time limit), no
-# accounting (so no `sacct`).
+# apart from the checks; with a changed slurm.conf and the same nodes it reconfigures the
+# running daemons (jobs go on). Partitions over the same nodes, no time limit: `debug`
+# (default, cores shared, never preempted), `low` (cores shared, preempted by `high` with
+# PreemptMode=REQUEUE after a GraceTime) and `high`. No accounting (so no `sacct`).
 #
 # --nodes 2 (the default; SLURM_LOCAL_NODES): nodes node0..node<N-1>, each one slurmd
 # (`slurmd -N node<i>`) in a network namespace kiln-node<i> of its own, with its own hostname
@@ -32,6 +34,7 @@ NODES_GIVEN=${SLURM_LOCAL_NODES:+1}  # status checks the number only when one wa
 BRIDGE=kilnbr0
 NET=10.77.0  # a /24 of our own: .1 the controller (bridge), .10+i node i
 NETNS_PREFIX=kiln-node
+GRACE_S=60  # partition low's preemption grace time: SIGTERM, then SIGKILL this much later
 
 log() { echo "slurm_local: $*" >&2; }
 
@@ -159,7 +162,13 @@ MinJobAge=300
 KillWait=30
 Waittime=0
 $nodes_lines
-PartitionName=debug Nodes=$names Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
+# preemption by partition: a job of high (tier 2) that needs the nodes preempts the jobs of
+# low (tier 1): SIGTERM at once, requeued after GraceTime (SIGKILL). debug is never preempted.
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName=debug Nodes=$names Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE PriorityTier=1 PreemptMode=OFF
+PartitionName=low Nodes=$names MaxTime=INFINITE State=UP OverSubscribe=FORCE PriorityTier=1 PreemptMode=REQUEUE GraceTime=$GRACE_S
+PartitionName=high Nodes=$names MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
 EOF
     )
     if [[ ! -f $CONF ]] || [[ $(cat "$CONF") != "$new" ]]; then
@@ -273,7 +282,12 @@ start() {
     old=$(configured_nodes)
     write_config && changed=1
     start_munge
-    if ((changed)); then  # a new config: restart whatever runs with the old one
+    if ((changed)) && [[ $old == "$(node_names)" ]] && pid_alive "$RUN/slurmctld.pid" &&
+        scontrol reconfigure 2>/dev/null; then
+        changed=0  # the same nodes: the daemons re-read it, and running jobs go on
+        log "reconfigured the running cluster"
+    fi
+    if ((changed)); then  # new nodes: restart whatever runs with the old config
         for node in $old; do stop_pidfile "$(slurmd_pidfile "$node")" "slurmd $node"; done
         stop_pidfile "$RUN/slurmd.pid" slurmd  # an older script's single-node pid file
         stop_pidfile "$RUN/slurmctld.pid" slurmctld

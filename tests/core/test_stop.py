@@ -12,6 +12,7 @@ from test_resume import EPOCHS_KW, assert_same_weights, epochs_trainer, losses
 from toy import ToyTokenModule, weights
 
 from kiln.core import fit, launch
+from kiln.core.loop import stop
 from kiln.core.loop.stop import stop_on_signals
 
 STOP_AT = 9  # epoch 1 (7 steps per epoch), between the periodic checkpoints (every 1000)
@@ -85,6 +86,39 @@ def test_a_signal_outside_the_step_loop_goes_to_the_previous_handler() -> None:
     finally:
         signal.signal(signal.SIGINT, previous)
         signal.signal(signal.SIGUSR2, previous_usr2)
+
+
+def test_a_slurm_job_drops_any_stop_signal_while_it_stops_then_hands_the_stop_over() -> None:
+    """A SLURM job (``ignore_repeated_signals(any_signal=True)``): while the loop stops for
+    USR2, another USR2 (``scancel --full`` delivers it twice) and a SIGTERM are dropped rather
+    than passed to the previous handler (submitit's requeue, kiln-train's exit); once the
+    checkpoint is written, ``hand_over`` gives the previous handler the stop, once."""
+    received: list[int] = []
+
+    def record(signum: int, _frame) -> None:
+        received.append(signum)
+
+    previous = {s: signal.signal(s, record) for s in (signal.SIGTERM, signal.SIGUSR2)}
+    request = stop._REQUEST
+    ignored = (request.repeats_ignored, request.others_ignored)
+    try:
+        with stop_on_signals(), stop.listening():
+            os.kill(os.getpid(), signal.SIGUSR2)
+            assert stop.requested_signal() == signal.SIGUSR2
+            os.kill(os.getpid(), signal.SIGTERM)  # a plain process: the second signal acts
+            assert received == [signal.SIGTERM]
+            stop.ignore_repeated_signals(any_signal=True)
+            for signum in (signal.SIGUSR2, signal.SIGTERM):
+                os.kill(os.getpid(), signum)
+            assert received == [signal.SIGTERM]  # dropped: the stop under way goes on
+        assert stop.requested_signal() == signal.SIGUSR2
+        stop.hand_over(signal.SIGUSR2)
+        assert received == [signal.SIGTERM, signal.SIGUSR2]
+        assert stop.requested_signal() == 0
+    finally:
+        request.repeats_ignored, request.others_ignored = ignored
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 @pytest.mark.slow  # three 2-process launches: minutes each on the loaded 2-core VM (seen passing)

@@ -51,14 +51,32 @@ def wait_for_log(sweep: subprocess.Popen, sweep_dir: Path, text: str) -> str:
         time.sleep(0.05)
 
 
+def job_field(job_id: str, name: str) -> str:
+    """One field of ``scontrol show job`` (``Restarts``, ``JobState``)."""
+    cmd = ["scontrol", "show", "job", "--oneliner", job_id]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
+    fields = dict(f.split("=", 1) for f in out.split() if "=" in f)
+    return fields.get(name, "")
+
+
+def wait_for_restarts(sweep: subprocess.Popen, job_id: str, restarts: int) -> None:
+    """Wait until SLURM has requeued the job ``restarts`` times."""
+    deadline = time.monotonic() + 600
+    while job_field(job_id, "Restarts") != str(restarts):
+        assert sweep.poll() is None and time.monotonic() < deadline, f"not requeued {restarts}x"
+        time.sleep(0.5)
+
+
 def wait_for_step(sweep: subprocess.Popen, sweep_dir: Path, step: int) -> str:
     """Wait until the job's task log shows ``step``; returns the SLURM job id."""
     return wait_for_log(sweep, sweep_dir, f"step {step}/")
 
 
-def start_sweep(tmp_path: Path, args: list[str]) -> tuple[subprocess.Popen, Path]:
+def start_sweep(
+    tmp_path: Path, args: list[str], partition: str = "debug"
+) -> tuple[subprocess.Popen, Path]:
     """``kiln-train -m launcher=slurm <args>`` in the background (its output in sweep.log)."""
-    slurm = ["-m", "launcher=slurm", "hydra.launcher.partition=debug", *args]
+    slurm = ["-m", "launcher=slurm", f"hydra.launcher.partition={partition}", *args]
     sweep_dir = tmp_path / "slurm"
     env = {**os.environ, "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
     cmd = [sys.executable, "-m", "kiln.experiments.train", *slurm, f"hydra.sweep.dir={sweep_dir}"]

@@ -108,7 +108,7 @@ def test_usr2_while_the_job_starts_requeues_it(tmp_path):
     # both attempts: SLURM appends to a requeued job's logs
     folder = sweep_dir / ".submitit" / job_id
     log = "".join((folder / f"{job_id}_0_log.{ext}").read_text() for ext in ("out", "err"))
-    assert "kiln: SIGUSR2 while the job starts: it requeues once started" in log, log
+    assert "kiln: SIGUSR2 while the job starts: acted on once started" in log, log
     assert f"Requeued job {job_id}" in log, log
 
 

@@ -9,6 +9,8 @@ batch, so the two must agree bit for bit. Skipped on a cluster of fewer than two
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import re
 import signal
@@ -20,7 +22,16 @@ from typing import Any
 
 import pytest
 import torch
-from slurm_helpers import end, start_sweep, task_logs, task_results, wait_for_step
+from slurm_helpers import (
+    end,
+    job_field,
+    start_sweep,
+    task_logs,
+    task_results,
+    wait_for_log,
+    wait_for_restarts,
+    wait_for_step,
+)
 from train_helpers import explain, job_dirs, run_train, summary, user_env
 
 from kiln.experiments.tracking import wandb_files
@@ -151,44 +162,149 @@ def test_two_nodes_of_two_ranks_train_as_one_node_with_four_devices(tmp_path):
     assert_same_weights(final_weights(record), final_weights(one))
 
 
-def test_usr2_stops_both_nodes_at_one_step_and_the_requeued_job_resumes_exactly(
-    two_nodes_one_task_each, tmp_path
-):
-    """``scancel --signal=USR2`` of the 2-node job mid-run: both ranks stop at the same step
-    with a checkpoint, submitit requeues the job, which resumes on both nodes into the same
-    job directory and W&B run and ends as the uninterrupted 2-node job does, bit for bit."""
-    started = time.perf_counter()
-    sweep, sweep_dir = start_sweep(tmp_path, [*TWO_NODES[2:], *JOB, "trainer.devices=1"])
-    job_id = wait_for_step(sweep, sweep_dir, 2)
-    subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=60)
-    end(sweep, timeout=1500)
-    print(f"2-node job preempted once and resumed: {time.perf_counter() - started:.0f}s")
-    assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
-    job_dir = sweep_dir / "0"
+def check_requeued_job(
+    job_dir: Path, reference: dict[str, Any], requeues: int, signal: str
+) -> list[dict[str, Any]]:
+    """The job was requeued ``requeues`` times by ``signal`` (each time both ranks stopped
+    at one step with its checkpoint) and ended as the uninterrupted 2-node job does, bit for
+    bit, in one W&B run with each step's row once. Returns its attempts."""
     record = summary(job_dir)
     assert record["status"] == "ok" and record["global_step"] == STEPS, record["error"]
-    first, second = record["attempts"]
-    assert first["ended"] == "requeued", record["attempts"]
-    assert 2 <= first["at_step"] == second["from_step"] < STEPS, record["attempts"]
-    assert second["ended"] == "ok"
-    assert first["nodes"] == second["nodes"] == ["node0", "node1"]
-    assert first["slurm_job_id"] == second["slurm_job_id"] == job_id
-    # both ranks (one per node) took the signal and stopped at that step, with its checkpoint
+    attempts = record["attempts"]
+    assert [a["ended"] for a in attempts] == ["requeued"] * requeues + ["ok"], attempts
+    for stopped, resumed in itertools.pairwise(attempts):
+        assert 2 <= stopped["at_step"] == resumed["from_step"] < STEPS, attempts
+        assert stopped["nodes"] == resumed["nodes"] == ["node0", "node1"]
+        assert stopped["slurm_job_id"] == resumed["slurm_job_id"]
+    # one checkpoint per stop (none periodic is due), the last step's
+    steps = sorted(int(p.stem.split("-")[1]) for p in (job_dir / "checkpoints").glob("step-*"))
+    assert steps[-1] == STEPS and set(steps) <= {a["at_step"] for a in attempts}, steps
+    # both ranks (one per node) took the signal, once per stop
     logs = task_logs(job_dir)
     for rank in (0, 1):
-        assert "SIGUSR2: stopping at the next step boundary" in logs[rank], logs[rank][-3000:]
-    assert (job_dir / "checkpoints" / f"step-{first['at_step']:08d}.ckpt").is_file()
-    # one W&B run over both attempts, each step's row once
+        stops = logs[rank].count(f"{signal}: stopping at the next step boundary")
+        assert stops == requeues, logs[rank][-3000:]
+    # one W&B run over the attempts that trained, each step's row once (SLURM's preemption
+    # SIGTERMs W&B's service too: that attempt's file may hold its header alone, and the
+    # resumed attempt logs the rows the run lacks)
     run_id = (job_dir / "wandb_run_id").read_text().strip()
     files = sorted((job_dir / "wandb").glob("*run-*-*/*.wandb"))
-    assert len(files) == 2 and {wandb_files.read_run(f)["id"] for f in files} == {run_id}
+    assert len(files) == requeues + 1, files
+    assert {wandb_files.read_run(f).get("id", run_id) for f in files} == {run_id}
     rows = [r for f in files for r in wandb_files.read_history(f) if "train/loss" in r]
     assert sorted(r["trainer/global_step"] for r in rows) == list(range(1, STEPS + 1))
     # the uninterrupted 2-node job: the same losses at every step and the same weights
+    assert record["history"] == reference["history"]
+    assert record["metrics"] == reference["metrics"]
+    assert_same_weights(final_weights(record), final_weights(reference))
+    return attempts
+
+
+def _signal_at_step(sweep: subprocess.Popen, sweep_dir: Path, step: int, how: list[str]) -> str:
+    job_id = wait_for_step(sweep, sweep_dir, step)
+    subprocess.run(["scancel", "--signal=USR2", *how, job_id], check=True, timeout=60)
+    return job_id
+
+
+def test_usr2_to_every_process_or_to_the_batch_shell_requeues_once_each_time(
+    two_nodes_one_task_each, tmp_path
+):
+    """A USR2 the ways sites send it, on the 2-node job: to the batch shell while it runs its
+    setup, before the job step exists (``scancel --batch``, what ``--signal=B:USR2@`` does:
+    the shell keeps it, the tasks requeue the job as soon as they start); then mid-run to
+    every process (``--full``: each task gets it directly and through the shell) and to the
+    batch shell alone (it passes it to the tasks). Each one requeues the job exactly once
+    (SLURM's restart count), each mid-run one with a checkpoint at the step both ranks stopped
+    at, and the job ends as the uninterrupted one does, bit for bit. (``scancel
+    --signal=USR2`` to the tasks: ``test_fsdp_across_two_nodes_is_preempted_and_resumes``.)"""
+    started = time.perf_counter()
+    setup = 'hydra.launcher.setup=["echo kiln-test: setup; sleep 2"]'
+    sweep, sweep_dir = start_sweep(tmp_path, [*TWO_NODES[2:], *JOB, "trainer.devices=1", setup])
+    job_dir = sweep_dir / "0"
+    job_id = wait_for_log(sweep, sweep_dir, "kiln-test: setup")
+    subprocess.run(["scancel", "--signal=USR2", "--batch", job_id], check=True, timeout=60)
+    wait_for_restarts(sweep, job_id, 1)
+    # mid-run: to every process, to the batch shell
+    at = 2
+    for restarts, how in enumerate([["--full"], ["--batch"]], start=2):
+        assert _signal_at_step(sweep, sweep_dir, at, how) == job_id
+        wait_for_restarts(sweep, job_id, restarts)
+        at = summary(job_dir)["attempts"][-1]["at_step"] + 2
+    end(sweep, timeout=1500)
+    print(f"2-node job requeued 3 times (USR2 3 ways): {time.perf_counter() - started:.0f}s")
+    assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
+    assert job_field(job_id, "Restarts") == "3"
     _, plain = two_nodes_one_task_each
-    assert record["history"] == plain["history"]
-    assert record["metrics"] == plain["metrics"]
-    assert_same_weights(final_weights(record), final_weights(plain))
+    check_requeued_job(job_dir, plain, requeues=2, signal="SIGUSR2")
+    batch_log = "".join(task_logs(job_dir).values())
+    assert "kiln: the batch shell got SIGUSR2 before the job step: kept for it" in batch_log
+    assert batch_log.count("kiln: the batch shell got SIGUSR2: passed to the job step") == 2
+    # the submitter says once why it does not ask sacct, and never prints sacct's failures
+    output = (tmp_path / "sweep.log").read_text()
+    assert output.count("SLURM accounting is off on this cluster") == 1, output[-6000:]
+    assert "sacct" not in output.replace("so no sacct", ""), output[-6000:]
+
+
+def _task_pids(sweep_dir: Path) -> list[int]:
+    """The job's task processes (submitit's entry with this sweep's folder), on both nodes."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        task = b"submitit.core._submit" in cmdline and not cmdline[0].endswith(b"srun")
+        if task and str(sweep_dir).encode() in cmdline[-2]:
+            pids.append(int(proc.name))
+    assert len(pids) == 2, pids
+    return pids
+
+
+def test_a_job_preempted_by_a_higher_priority_partition_checkpoints_requeues_and_resumes(
+    two_nodes_one_task_each, tmp_path
+):
+    """SLURM's own preemption (scripts/slurm_local.sh: partition ``low``, PreemptMode=REQUEUE
+    with a GraceTime, under ``high``): a job of ``high`` that needs every core of both nodes
+    preempts the 2-node kiln job, whose tasks get SIGTERM. kiln tells it from a cancel
+    (``scontrol``: still RUNNING, with a PreemptTime), stops both ranks at one step with a
+    checkpoint and requeues the job once within the grace time (a job that ends in it is not
+    requeued by SLURM); the high job runs, and the kiln job resumes and ends bit-identical."""
+    started = time.perf_counter()
+    args = [*TWO_NODES[2:], *JOB, "trainer.devices=1"]
+    sweep, sweep_dir = start_sweep(tmp_path, args, partition="low")
+    job_id = wait_for_step(sweep, sweep_dir, 2)
+    # the tasks pause (a slow step) until SLURM's preemption sends SIGCONT, then SIGTERM: the
+    # 12 tiny steps take less time than SLURM needs to schedule the high job
+    tasks = _task_pids(sweep_dir)
+    for pid in tasks:
+        os.kill(pid, signal.SIGSTOP)
+    every_core = ["-p", "high", "-N", "2", "--ntasks-per-node=2", "-o", "/dev/null"]
+    try:
+        high = subprocess.run(
+            ["sbatch", "--parsable", *every_core, "--wrap", "srun true"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout.strip()
+        try:
+            end(sweep, timeout=1500)
+        finally:
+            subprocess.run(["scancel", high], timeout=60)
+    finally:
+        for pid in tasks:  # preempted, they run again already; if not, the test ends anyway
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    print(f"2-node job preempted by a high-priority job: {time.perf_counter() - started:.0f}s")
+    assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
+    assert job_field(high, "JobState") == "COMPLETED"
+    assert job_field(job_id, "Restarts") == "1"  # kiln's requeue, and not SLURM's after it
+    _, plain = two_nodes_one_task_each
+    (stopped, resumed) = check_requeued_job(sweep_dir / "0", plain, requeues=1, signal="SIGTERM")
+    # the high job ran while the kiln job waited: it started after the stop, before the resume
+    high_start = job_field(high, "StartTime")
+    ended, restarted = stopped["ended_at"][:19], resumed["started_at"][:19]  # local, seconds
+    assert ended <= high_start <= restarted, (ended, high_start, restarted)
 
 
 def _fail_node(node: str) -> None:

@@ -1,7 +1,8 @@
 """kiln's SLURM launcher (``launcher=slurm``): hydra-submitit-launcher's ``SlurmLauncher``
-whose jobs defer a preemption signal from their first instant until submitit can requeue
-on it, and whose submitter stops waiting on a job SLURM no longer has
-(:mod:`kiln.experiments.slurm`).
+whose batch scripts pass a signal to the job step and keep one that came before it
+(:mod:`kiln.experiments.slurm_batch`), whose jobs defer a preemption signal from their first
+instant until submitit can requeue on it and requeue once, and whose submitter stops
+waiting on a job SLURM no longer has (:mod:`kiln.experiments.slurm`).
 
 A Hydra plugin lives below ``hydra_plugins`` (Hydra refuses a launcher class elsewhere);
 Hydra imports this module at every start, so it imports nothing heavy, and nothing at all
@@ -28,11 +29,21 @@ if SlurmLauncher is not None:
         """``SlurmLauncher`` with kiln's job entry and its submitter's watch on SLURM."""
 
         def __call__(self, *args: Any, **kwargs: Any) -> Any:
-            from kiln.experiments.slurm import forget_earlier_result, replay_deferred_signal
+            from kiln.experiments.slurm import (
+                forget_earlier_result,
+                guard_requeue,
+                replay_deferred_signal,
+                requeue_if_preempted,
+            )
 
             forget_earlier_result()  # a requeued attempt's result is this attempt's alone
-            replay_deferred_signal()  # in the job: submitit's handlers are in place now
-            return super().__call__(*args, **kwargs)
+            guard_requeue()  # in the job: submitit's handlers are in place now
+            replay_deferred_signal()
+            try:
+                return super().__call__(*args, **kwargs)
+            except SystemExit as stopped:  # SIGTERM outside the step loop: recorded, stopped
+                requeue_if_preempted(stopped)
+                raise
 
         def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Any:
             """Submit one SLURM job per Hydra job (an array), as ``SlurmLauncher`` does,
@@ -43,16 +54,25 @@ if SlurmLauncher is not None:
             from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
             from omegaconf import OmegaConf
 
-            from kiln.experiments.slurm import job_command, wait_for_results
+            from kiln.experiments.slurm import preemption_signal, wait_for_results
+            from kiln.experiments.slurm_batch import batch_setup, task_command
 
             assert self.config is not None
             params = dict(self.params)
+            folder = params.pop("submitit_folder")
             executor = submitit.AutoExecutor(
-                folder=params.pop("submitit_folder"),
+                folder=folder,
                 cluster="slurm",
                 slurm_max_num_timeout=params.pop("max_num_timeout"),
-                slurm_python=job_command(),
+                slurm_python=task_command(),
             )
+            # SLURM's warning goes to the batch shell, which passes it on or keeps it for a
+            # step that has not started yet (a site's additional_parameters.signal wins)
+            name = preemption_signal().name.removeprefix("SIG")
+            signal_at = f"B:{name}@{params['signal_delay_s']}"
+            extra = {"signal": signal_at, **(params.pop("additional_parameters", None) or {})}
+            params["additional_parameters"] = extra
+            params["setup"] = [*batch_setup(str(folder), name), *(params.get("setup") or [])]
             shared = set(OmegaConf.structured(BaseQueueConf).keys())
             executor.update_parameters(
                 **{k if k in shared else f"slurm_{k}": v for k, v in params.items()}

@@ -255,7 +255,7 @@ class Lifecycle:
             if self.on_exit is not None and self.writer:
                 self.on_exit(exc)
         finally:
-            self._finish()
+            self._finish(stopping=exc is not None and not isinstance(exc, Exception))
         # A failed job must not stop the sweep; Ctrl-C and SIGTERM stop the process.
         return isinstance(exc, Exception)
 
@@ -276,7 +276,7 @@ class Lifecycle:
             self.record["traceback_file"] = str(path)
         log.debug("job %s failed:\n%s", self.job.run_name, trace)
 
-    def _finish(self) -> None:
+    def _finish(self, stopping: bool = False) -> None:
         # the record first: a job SLURM is requeueing or killing may not outlive W&B's finish
         if self.writer:
             record = self.record
@@ -284,12 +284,24 @@ class Lifecycle:
                 attempts = {k: v for k, v in self.record.items() if k == "attempts" and v}
                 record = {**self.kept, **attempts}
             write_job_json(Path(self.job.output_dir) / self.kind.file, record)
-        if self.tracker is not None:
-            self.tracker.update_config({"machine": self.record["machine"]})
-            if self.summarize:
-                self.tracker.summarize(self.summarize(self.record))
-            reason = self.record[self.kind.reason_key] if self.failed else None
-            status = self.record["status"]
-            if status != STOPPED:  # a train job stopped at a step boundary says so
-                status = "failed" if self.failed else "ok"
-            self.tracker.finish(status, reason)
+        if self.tracker is None:
+            return
+        try:
+            self._finish_tracker()
+        except Exception as error:
+            if not stopping:
+                raise
+            # SLURM signals every process of the job, W&B's service too: the stop (a requeue)
+            # goes on, and the resumed attempt logs the rows the run lacks
+            log.warning("finishing the W&B run failed while stopping: %r", error)
+
+    def _finish_tracker(self) -> None:
+        assert self.tracker is not None
+        self.tracker.update_config({"machine": self.record["machine"]})
+        if self.summarize:
+            self.tracker.summarize(self.summarize(self.record))
+        reason = self.record[self.kind.reason_key] if self.failed else None
+        status = self.record["status"]
+        if status != STOPPED:  # a train job stopped at a step boundary says so
+            status = "failed" if self.failed else "ok"
+        self.tracker.finish(status, reason)

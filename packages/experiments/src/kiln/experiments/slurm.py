@@ -1,21 +1,27 @@
-"""kiln's SLURM jobs (``launcher=slurm``): a preemption signal at any moment of a job's life
-requeues it, and the submitter never waits on a job that SLURM no longer has.
+"""kiln's SLURM jobs (``launcher=slurm``): a preemption at any moment of a job's life
+requeues it once, and the submitter never waits on a job that SLURM no longer has.
 
-Job side. submitit installs its USR2 handler (checkpoint and requeue) only once it has
-loaded the job's pickle, seconds after the process started; a USR2 before that (SLURM's
-time-limit warning, a preemption notice) took the default action and killed every task
-unrecorded. SLURM therefore runs :func:`start_job` in place of submitit's own entry
-(``python -u -m kiln.experiments.slurm -u -m submitit.core._submit <folder>``): its first
-act defers the signal, and the job replays it once submitit's handler is in place
-(:func:`replay_deferred_signal`), where it requeues the job like any later USR2. Only the
-interpreter's own start-up (before any Python line runs) is left unguarded.
+Job side. A preemption reaches a task as USR2 (``scancel --signal=USR2``, ``--full``, the
+time-limit warning of ``--signal``, passed on by the batch shell: :mod:`kiln.experiments.
+slurm_batch`) or as SLURM's own SIGTERM (``PreemptMode=REQUEUE``: SIGTERM to the tasks, a
+``GraceTime``, then SIGKILL and a requeue; a job that ended within the grace time is not
+requeued). submitit installs its USR2 handler (checkpoint and requeue) only once it has
+loaded the job's pickle, seconds after the process started, so SLURM runs
+:func:`start_job` in place of submitit's own entry (``python -u -m kiln.experiments.slurm
+-u -m submitit.core._submit <folder>``): its first act defers USR2 and TERM, it adds a
+USR2 the batch shell kept for this attempt, and the job replays them once submitit's
+handler is in place (:func:`replay_deferred_signal`). Later, kiln's loop stops at a step
+boundary with a checkpoint (``kiln.core.loop.stop``); a SIGTERM is a preemption when SLURM
+says so (:func:`preempted`), and then requeues the job as USR2 does. A repeat of the signal
+(``--full`` reaches a task directly and through the shell) never requeues a second time
+(:func:`guard_requeue`).
 
 Submitter side. submitit learns that a job ended from its result file or from ``sacct``.
-Where accounting is off (``sacct``: "Slurm accounting storage is disabled", as on the
-local test cluster) a job that died without a result (killed at start-up, OOM-killed,
-``scancel``) read ``UNKNOWN`` forever, and ``kiln-train -m`` polled for ever.
-:func:`wait_for_results` also asks ``squeue``: a job that SLURM reports ended (or no
-longer knows) and that left no result within :data:`LOST_GRACE_S` fails the sweep with
+Where accounting is off (``AccountingStorageType=accounting_storage/none``, as on the local
+test cluster) ``sacct`` fails on every poll and a job that died without a result (killed at
+start-up, OOM-killed, ``scancel``) read ``UNKNOWN`` forever. :func:`wait_for_results` asks
+``squeue`` instead of ``sacct`` there (saying so once): a job that SLURM reports ended (or
+no longer knows) and that left no result within :data:`LOST_GRACE_S` fails the sweep with
 :class:`SlurmJobLost`, naming the job, its state and its log.
 """
 
@@ -50,6 +56,7 @@ ENDED_STATES = frozenset(
 )
 
 _deferred: list[int] = []  # preemption signals that arrived before submitit's handler
+_requeue_started = [False]  # submitit's requeue handler ran in this process
 
 
 class SlurmJobLost(RuntimeError):
@@ -63,16 +70,24 @@ def preemption_signal() -> signal.Signals:
 
 
 def _defer(signum: int, frame: Any) -> None:
-    _deferred.append(signum)
+    if signum not in _deferred:
+        _deferred.append(signum)
     # os.write: print() may be the very call this handler interrupted
-    note = f"kiln: {signal.Signals(signum).name} while the job starts: it requeues once started\n"
+    note = f"kiln: {signal.Signals(signum).name} while the job starts: acted on once started\n"
     os.write(sys.stderr.fileno(), note.encode())
 
 
 def start_job(argv: Sequence[str]) -> None:
     """Run a submitit job (``argv``: submitit's ``-u -m submitit.core._submit <folder>``),
-    the preemption signal deferred until submitit's own handler is in place."""
-    signal.signal(preemption_signal(), _defer)  # first: the imports below take seconds
+    the preemption signal and SIGTERM deferred until submitit's own handler is in place."""
+    for signum in (preemption_signal(), signal.SIGTERM):  # first: the imports take seconds
+        signal.signal(signum, _defer)
+    from kiln.experiments.slurm_batch import kept_signals
+
+    # after the handler: a signal the batch shell kept is in the file or arrives from now on
+    for name in kept_signals():
+        if signal.Signals["SIG" + name] == preemption_signal():
+            _defer(preemption_signal(), None)
     if not argv:
         raise SystemExit("usage: python -m kiln.experiments.slurm ... <submitit folder>")
     from submitit.core.submission import process_job
@@ -81,12 +96,82 @@ def start_job(argv: Sequence[str]) -> None:
 
 
 def replay_deferred_signal() -> None:
-    """In the job, once submitit has installed its handlers: act on a preemption signal
-    that arrived before (submitit requeues the job and exits, on rank 0)."""
-    if _deferred:
-        signum = _deferred[0]
-        _deferred.clear()
-        signal.raise_signal(signum)  # the Python handler runs before this returns
+    """In the job, once submitit has installed its handlers: act on a signal that arrived
+    before. USR2, or a SIGTERM of a preemption, requeues the job (submitit requeues and
+    exits, on rank 0); another SIGTERM ends the process as SIGTERM does."""
+    deferred = list(_deferred)
+    _deferred.clear()
+    if preemption_signal() in deferred or (signal.SIGTERM in deferred and preempted()):
+        signal.raise_signal(preemption_signal())  # the Python handler runs before this returns
+        # a rank other than 0 returns here: rank 0 requeues the job, and this task has no part
+        raise SystemExit(0)
+    if signal.SIGTERM in deferred:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+
+
+def preempted() -> bool:
+    """Whether SLURM is preempting this job (``scontrol show job``: still ``RUNNING`` with a
+    ``PreemptTime``), so that a SIGTERM is to be answered with a checkpoint and a requeue
+    rather than a stop (``scancel``, a time limit, SLURM's own requeue: ``COMPLETING``).
+
+    Asked on rank 0 of a submitit SLURM job only (the rank that requeues): ``False``
+    elsewhere, and when ``scontrol`` gives no answer.
+    """
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if os.environ.get("SUBMITIT_EXECUTOR") != "slurm" or not job_id:
+        return False
+    if os.environ.get("SLURM_PROCID", "0") != "0":
+        return False
+    cmd = ["scontrol", "show", "job", "--oneliner", job_id]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    fields = dict(f.split("=", 1) for f in out.split() if "=" in f)
+    return fields.get("JobState") == "RUNNING" and fields.get("PreemptTime", "None") != "None"
+
+
+def requeue_if_preempted(stopped: SystemExit) -> None:
+    """In the job, when SIGTERM ended it outside kiln's step loop (setup, validation: its
+    attempt recorded ``stopped``, nothing new to checkpoint): requeue it if SLURM is
+    preempting it, which it does not do itself for a job that ends within its grace time
+    (rank 0 requeues and exits; elsewhere this returns)."""
+    from kiln.core.loop.stop import hand_over
+
+    if getattr(stopped, "signal_name", None) == "SIGTERM" and preempted():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue's own SIGTERM
+        hand_over(preemption_signal())
+
+
+def guard_requeue() -> None:
+    """In the job, once submitit has installed its handlers: submitit's requeue handler
+    runs once, and not while kiln's loop is stopping for a signal (kiln hands the stop over
+    itself, ``kiln.core.loop.stop.hand_over``, once the checkpoint and record are written):
+    ``scancel --full`` and the batch shell deliver the same USR2 to a task more than once.
+    While the loop stops, any further stop signal is dropped (SLURM's SIGKILL ends a stop
+    that overruns)."""
+    from kiln.core.loop.stop import ignore_repeated_signals, requested_signal
+
+    ignore_repeated_signals(any_signal=True)
+    requeue = signal.getsignal(preemption_signal())
+    if not callable(requeue):
+        return
+
+    def guarded(signum: int, frame: Any) -> None:
+        if _requeue_started[0] or requested_signal():
+            note = f"kiln: {signal.Signals(signum).name} again: already stopping for one\n"
+            os.write(sys.stderr.fileno(), note.encode())
+            return
+        _requeue_started[0] = True
+        try:
+            requeue(signum, frame)  # rank 0: requeues and exits (SystemExit); others return
+        finally:
+            # the job is requeued (its record written): SLURM's SIGTERM ends this task at
+            # once, where ignoring it would hold the job COMPLETING until SIGKILL (KillWait)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    signal.signal(preemption_signal(), guarded)
 
 
 def forget_earlier_result() -> None:
@@ -96,13 +181,6 @@ def forget_earlier_result() -> None:
     import submitit
 
     submitit.JobEnvironment().paths.result_pickle.unlink(missing_ok=True)
-
-
-def job_command(python: str = sys.executable) -> str:
-    """What submitit's executor runs in place of ``python`` (see the module doc)."""
-    import shlex
-
-    return f"{shlex.quote(python)} -u -m kiln.experiments.slurm"
 
 
 def slurm_states(job_ids: Sequence[str]) -> dict[str, str] | None:
@@ -148,6 +226,37 @@ def _without_result(job: Any) -> str:
     )
 
 
+def accounting_enabled() -> bool:
+    """Whether the cluster keeps accounting, so that ``sacct`` answers (``scontrol show
+    config``: ``AccountingStorageType`` other than ``accounting_storage/none``)."""
+    try:
+        proc = subprocess.run(
+            ["scontrol", "show", "config"], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return True  # no answer: leave submitit as it is
+    for line in proc.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "AccountingStorageType":
+            return value.strip() != "accounting_storage/none"
+    return True
+
+
+def _follow_without_sacct(jobs: Sequence[Any]) -> None:
+    """Stop ``jobs`` (and their tasks) from asking ``sacct``, which fails on every poll where
+    accounting is off: their state stays ``UNKNOWN``, result files and ``squeue`` tell."""
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    class NoSacct(SlurmInfoWatcher):
+        def _make_command(self) -> None:
+            return None
+
+    watcher = NoSacct(delay_s=600)
+    for job in jobs:
+        for one in [job, *getattr(job, "_sub_jobs", [])]:
+            one.watcher = watcher
+
+
 def wait_for_results(jobs: Sequence[Any], names: Sequence[str]) -> list[Any]:
     """Each submitit job's first task's result, waiting until every job ended.
 
@@ -159,6 +268,14 @@ def wait_for_results(jobs: Sequence[Any], names: Sequence[str]) -> list[Any]:
         SlurmJobLost: Jobs that SLURM reports ended, or no longer knows, left no result
             (all of them named, once every other job ended).
     """
+    if not accounting_enabled():
+        print(
+            "kiln: SLURM accounting is off on this cluster (AccountingStorageType="
+            "accounting_storage/none, so no sacct): following the jobs with squeue",
+            file=sys.stderr,
+            flush=True,
+        )
+        _follow_without_sacct(jobs)
     ended_at: dict[str, float] = {}
     lost: dict[str, str] = {}
     while True:

@@ -10,8 +10,9 @@ no extra log row or validation) and returns with ``stop_reason="signal"`` and
 run the handler that was installed before: exit 143 for SIGTERM, ``KeyboardInterrupt``, submitit's
 checkpoint-and-requeue for SIGUSR2. A signal outside the step loop (setup, compile,
 validation before the first step, after the loop), or a second one, goes straight to that
-previous handler, as without kiln (a launched worker drops a repeat of the same signal:
-:func:`ignore_repeated_signals`).
+previous handler, as without kiln (a launched worker drops a repeat of the same signal, a
+SLURM job any stop signal while it stops: :func:`ignore_repeated_signals`). A job that acts
+on the stop by re-raising it to the previous handler calls :func:`hand_over`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class _Request:
     signum = 0  # 0: none
     listening = False  # the loop is between steps and will honour a request
     repeats_ignored = False  # a worker of kiln.core.launch: see ignore_repeated_signals
+    others_ignored = False  # a SLURM job: any stop signal while stopping is dropped
 
 
 _REQUEST = _Request()
@@ -54,20 +56,35 @@ def request_stop(signum: int) -> bool:
     return True
 
 
-def ignore_repeated_signals() -> None:
+def ignore_repeated_signals(any_signal: bool = False) -> None:
     """In this process, drop a stop signal that repeats the one already being acted on,
     instead of passing it to the previous handler (a user's second Ctrl-C that forces).
 
     For ``kiln.core.launch``'s workers: the kernel sends their parent-death signal once per
     exiting thread of a killed parent, and the agent's own kill comes 30 s after its relay.
+
+    Args:
+        any_signal: Drop any stop signal while the loop stops, not only a repeat (a SLURM
+            job: ``scancel --full`` and the batch shell deliver one signal twice, and SLURM
+            follows its own with SIGTERM, then SIGKILL; the stop under way is the best use
+            of that time).
     """
     _REQUEST.repeats_ignored = True
+    _REQUEST.others_ignored = _REQUEST.others_ignored or any_signal
 
 
 def requested_signal() -> int:
     """The signal whose stop this process requested, or that the last ``fit`` stopped for
     on any of its ranks (0: none)."""
     return _REQUEST.signum
+
+
+def hand_over(signum: int) -> None:
+    """Act on the stop this process took, now that its checkpoint is written: forget the
+    request and raise ``signum`` (the handler installed before ``fit``'s runs before this
+    returns, and from now on gets every such signal)."""
+    _REQUEST.signum = 0
+    signal.raise_signal(signum)
 
 
 @contextmanager
@@ -115,7 +132,11 @@ def stop_on_signals(signals: Iterable[int] = STOP_SIGNALS) -> Generator[None, No
                 # os.write: print() may be the very call this handler interrupted
                 note = f"{signal.Signals(signum).name}: stopping at the next step boundary\n"
                 os.write(sys.stderr.fileno(), note.encode())
-            elif _REQUEST.repeats_ignored and _REQUEST.listening and signum == _REQUEST.signum:
+            elif (
+                _REQUEST.repeats_ignored
+                and _REQUEST.listening
+                and (signum == _REQUEST.signum or _REQUEST.others_ignored)
+            ):
                 pass  # already stopping for it
             else:
                 _call_previous(previous[signum], signum, frame)

@@ -56,15 +56,17 @@ def _attempt_end(exc: BaseException | None, record: dict[str, Any]) -> str:
 def end_after_signal(signal_name: str, record: dict[str, Any]) -> None:
     """Act on the signal that stopped ``fit`` at a step boundary, now that its checkpoint is
     written: SIGTERM exits 143 (``Terminated``), SIGINT raises ``KeyboardInterrupt``,
-    SIGUSR2 under submitit raises ``Requeued`` (``run_job`` requeues once ``record`` and
-    the W&B run are finished)."""
+    SIGUSR2 under submitit, or a SIGTERM of SLURM's preemption, raises ``Requeued``
+    (``run_job`` requeues once ``record`` and the W&B run are finished)."""
     import signal
+
+    from kiln.experiments.slurm import preempted
 
     signum = signal.Signals[signal_name]
     if not callable(signal.getsignal(signum)):
         raise Terminated(signum)  # the default action would end the process unrecorded
-    if signum == signal.SIGUSR2:
-        raise Requeued(record)
+    if signum == signal.SIGUSR2 or (signum == signal.SIGTERM and preempted()):
+        raise Requeued(record)  # SLURM's preemption SIGTERM requeues as its USR2 does
     signal.raise_signal(signum)  # the Python handler runs (and raises) before this returns
 
 
@@ -79,13 +81,14 @@ def _requeue(job: JobInfo, requeued: Requeued) -> dict[str, Any]:
     handler, which requeues it and exits (rank 0) or returns (other ranks)."""
     import signal
 
+    from kiln.core.loop.stop import hand_over
     from kiln.experiments.job import write_job_json
     from kiln.experiments.lifecycle import one_line_reason
 
     # a requeue makes SLURM send SIGTERM to the job at once: nothing is left to record
     signal.signal(signal.SIGTERM, lambda *_: None)
     try:
-        signal.raise_signal(signal.SIGUSR2)
+        hand_over(signal.SIGUSR2)
     except Exception as exc:  # not requeued (submitit: "timed-out too many times")
         requeued.record.update(status="failed", error=one_line_reason(exc))
         if global_rank() == 0:

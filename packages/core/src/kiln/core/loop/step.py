@@ -83,11 +83,14 @@ def _audited(ctx: Context, run: RunState, first: bool) -> Generator[None]:
     run.precision_audit = audit.record()
     problems = audit.problems()
     if problems and ctx.fabric.is_global_zero:
+        where = list(dict.fromkeys(op.module or "(top level)" for op in problems))
         log.warning(
-            "precision audit: %d ops did not run as trainer.precision=%s says, e.g.: %s",
+            "precision audit: %d ops did not run as trainer.precision=%s says, in %s%s "
+            "(the telemetry's precision_audit lists them)",
             sum(op.count for op in problems),
             ctx.trainer.precision,
-            "; ".join(str(op) for op in problems[:5]),
+            ", ".join(where[:10]),
+            f" and {len(where) - 10} more modules" if len(where) > 10 else "",
         )
 
 

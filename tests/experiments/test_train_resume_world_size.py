@@ -44,6 +44,9 @@ def test_another_global_batch_is_refused_naming_both_world_sizes_and_what_works(
     assert "written by a run on 2 processes, this job has 1" in message
     assert "2 x 8 x 2 = 32, this run's 1 x 8 x 2 = 16" in message
     assert "set trainer.accumulate_grad_batches=4 to keep it" in message
+    # the fix leads, as kiln.core's own refusal does: before the general advice
+    assert message.startswith(f"{path} was written by a run on 2 processes")
+    assert message.index("accumulate_grad_batches=4") < message.index("Re-run with")
     assert check_resume(cfg(1, 4, resume=str(path))) == (4, path)  # the same global batch
 
 

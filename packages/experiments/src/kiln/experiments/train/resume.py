@@ -194,13 +194,15 @@ def check_resume(resolved: dict[str, Any]) -> tuple[int, Path | None]:
     changes = config_changes(saved, resolved)
     if changes:
         problem = global_batch_problem(path, saved, resolved)
+        # the world-size fix first (it is the one value to set), as kiln.core's fit says it
         raise ResumeConfigError(
-            f"this job resumes from {path}, which was trained with other values of keys a "
+            (f"{problem}. " if problem else "")
+            + f"this job resumes from {path}, which was trained with other values of keys a "
             f"resumed run cannot change: {'; '.join(changes)}. Re-run with the checkpoint's "
             "values, or train into a new directory (another hydra.run.dir / hydra.sweep.dir); "
             "max_steps, max_epochs, logging, validation cadence and the logger may change, "
             "and trainer.devices with trainer.accumulate_grad_batches when the global batch "
-            "stays the same" + (f" ({problem})" if problem else "")
+            "stays the same"
         )
     _say_if_threads_differ(path, meta.get("threads_per_rank"), resolved)
     return int(meta.get("global_step") or 0), path

@@ -140,6 +140,13 @@ def test_a_lost_peer_is_named_by_its_host():
 
 def test_a_failed_fit_keeps_its_progress():
     exc = RuntimeError("loss is nan at step 3")
-    exc.kiln_result = FitResult(global_step=2, epoch=0, history=[{"step": 1}, {"step": 2}])
-    assert fit_progress(exc) == {"global_step": 2, "history": [{"step": 1}, {"step": 2}]}
+    validated = [{"step": 2, "val/accuracy": 0.5}]
+    exc.kiln_result = FitResult(
+        global_step=2, epoch=0, history=[{"step": 1}, {"step": 2}], validation_history=validated
+    )
+    assert fit_progress(exc) == {
+        "global_step": 2,
+        "history": [{"step": 1}, {"step": 2}],
+        "validation_history": validated,
+    }
     assert fit_progress(RuntimeError("no progress")) == {}

@@ -204,7 +204,8 @@ def check_resume(resolved: dict[str, Any]) -> tuple[int, Path | None]:
             "and trainer.devices with trainer.accumulate_grad_batches when the global batch "
             "stays the same"
         )
-    _say_if_threads_differ(path, meta.get("threads_per_rank"), resolved)
+    if meta.get("world_size") in (None, _world(resolved)[0]):  # else the world size says it
+        _say_if_threads_differ(path, meta.get("threads_per_rank"), resolved)
     return int(meta.get("global_step") or 0), path
 
 
@@ -393,7 +394,7 @@ def set_from_step(job_dir: str, attempts: list[dict[str, Any]], step: int) -> No
 def end_attempt(
     job_dir: str, attempts: list[dict[str, Any]], ended: str, step: int, **details: Any
 ) -> None:
-    """Record how this (the last) attempt ended: ``ok``, ``failed``, ``refused``, ``SIGTERM``,
-    ``SIGINT``, ``requeued`` (``details``: e.g. the error of a refused attempt)."""
+    """Record how this (the last) attempt ended: ``ok``, ``failed``, ``refused``, ``skipped``,
+    ``SIGTERM``, ``SIGINT``, ``requeued`` (``details``: e.g. the error of a refused attempt)."""
     attempts[-1].update(ended=ended, ended_at=_now(), at_step=step, **details)
     write_job_json(Path(job_dir) / ATTEMPTS_FILE, attempts)

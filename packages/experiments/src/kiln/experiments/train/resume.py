@@ -231,8 +231,8 @@ def threads_change(path: Path, saved: int | None, resolved: dict[str, Any]) -> s
 
 
 def _say_if_threads_differ(path: Path, saved: int | None, resolved: dict[str, Any]) -> None:
-    # a warning, as for a world-size change: a requeue onto a node with other cores, or a
-    # resume on another world size, must go on
+    # a warning, not a refusal: a requeue onto a node with other cores must go on (a resume
+    # on another world size, which changes the default count, rounds otherwise anyway)
     change = threads_change(path, saved, resolved)
     if change is not None:
         warnings.warn(change, stacklevel=3)

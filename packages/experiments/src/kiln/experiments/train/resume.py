@@ -10,7 +10,9 @@ devices with the accumulation when the global batch stays the same; other intra-
 per rank than the checkpoint's (``trainer.threads_per_rank``) resume with a warning.
 ``<job dir>/attempts.json`` lists each attempt: when it started, from which step, how it
 ended (an attempt that left no end was killed: SIGKILL, out of memory, node failure;
-``refused``: it failed before training, and left the job's record as it was).
+``refused``: it failed before training, and left the job's record as it was; ``skipped``:
+a finished job had nothing left to train). A checkpoint past ``trainer.max_steps`` is
+refused (:func:`check_steps_left`).
 """
 
 from __future__ import annotations

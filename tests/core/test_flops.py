@@ -147,3 +147,20 @@ def test_any_failure_on_meta_is_one_line_and_an_unexpected_one_a_warning(caplog)
     assert flops_module.count_micro_batch_flops(Unexpected(), batch) is None
     (record,) = flops_records(caplog)
     assert record.levelname == "WARNING" and "\n" not in record.getMessage()
+
+
+def test_blocks_in_checkpoint_wrappers_count_their_flops_once():
+    """torch's checkpoint_wrapper recomputes each block in the backward; the model's FLOPs
+    (what MFU divides) stay those of one forward and backward."""
+    from toy import ToyBlocksModule
+
+    def flops_per_step(checkpointed: bool):
+        trainer = TrainerConfig(
+            max_steps=1, accelerator="cpu", progress=False, activation_checkpointing=checkpointed
+        )
+        telemetry = fit(ToyBlocksModule(blocks=3), trainer).telemetry
+        assert (telemetry["activation_checkpointing"] is not None) == checkpointed
+        return telemetry["flops_per_step"]
+
+    plain = flops_per_step(False)
+    assert plain is not None and flops_per_step(True) == plain

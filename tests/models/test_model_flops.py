@@ -7,6 +7,7 @@ import pytest
 from conftest import tiny_model
 from torch.utils.flop_counter import FlopCounterMode
 
+from kiln.core import TrainerConfig, fit
 from kiln.core.telemetry.flops import count_micro_batch_flops
 
 
@@ -31,3 +32,20 @@ def test_meta_count_matches_the_real_step(name, rel):
     counted = count_micro_batch_flops(module, batch)
     assert counted is not None, f"{name}: FLOPs not counted"
     assert counted == pytest.approx(_real_step_flops(module, batch), rel=rel, abs=0)
+
+
+@pytest.mark.parametrize("name", ["llama-tiny-lm", "bert-tiny-cls"])
+def test_activation_checkpointing_reports_the_same_flops(name):
+    """Recomputation adds no model FLOPs: a fit with ``trainer.activation_checkpointing``
+    reports the ``flops_per_step`` of one without (transformers' checkpointed forward reads
+    position values, which the meta count cannot: kiln counts with checkpointing paused)."""
+    flops = {}
+    for checkpointed in (False, True):
+        trainer = TrainerConfig(
+            max_steps=1, accelerator="cpu", progress=False, limit_val_batches=1,
+            activation_checkpointing=checkpointed,
+        )  # fmt: skip
+        telemetry = fit(tiny_model(name, data=True), trainer).telemetry
+        assert (telemetry["activation_checkpointing"] is not None) == checkpointed
+        flops[checkpointed] = telemetry["flops_per_step"]
+    assert flops[True] is not None and flops[True] == flops[False]

@@ -84,6 +84,39 @@ def activation_checkpointing(module: nn.Module, enabled: bool) -> Generator[str 
                 container[index] = block
 
 
+@contextmanager
+def paused(module: nn.Module, applied: str | None) -> Generator[None, None, None]:
+    """``module`` without activation checkpointing for the block (``applied``: what
+    :func:`activation_checkpointing` yielded). FLOPs are counted so: a model's FLOPs do not
+    change with recomputation (MFU counts them once), and the HF models' checkpointed
+    forward (``use_cache=False``) reads position values, which meta tensors do not have."""
+    if applied is None:
+        yield
+        return
+    hook = getattr(module, HOOK, None)
+    if callable(hook):
+        hook(False)
+        try:
+            yield
+        finally:
+            hook(True)
+        return
+    slots = [
+        (child, i, wrapper)
+        for child in module.modules()
+        if isinstance(child, nn.ModuleList | nn.Sequential)
+        for i, wrapper in enumerate(child)
+        if isinstance(wrapper, CheckpointWrapper) and not isinstance(wrapper, FSDPModule)
+    ]
+    for container, index, wrapper in slots:
+        container[index] = wrapper._checkpoint_wrapped_module  # pyright: ignore[reportPrivateUsage]  # the block it wraps
+    try:
+        yield
+    finally:
+        for container, index, wrapper in slots:
+            container[index] = wrapper
+
+
 def _block_slots(module: nn.Module) -> list[tuple[Any, int, nn.Module]]:
     """``(container, index, block)`` of every repeated block of ``module``."""
     wanted = {id(block) for block in repeated_blocks(module)}

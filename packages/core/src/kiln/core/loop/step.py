@@ -19,6 +19,7 @@ import torch
 
 from kiln.core.contract import as_dict, count_items, default_count_items
 from kiln.core.errors import NonFiniteGradientError, check_window_total
+from kiln.core.loop.activation_checkpointing import paused
 from kiln.core.loop.precision import call_under_precision
 from kiln.core.state import Context, RunState
 from kiln.core.telemetry.flops import count_micro_batch_flops
@@ -47,7 +48,8 @@ def train_step(ctx: Context, run: RunState, window: list[Any]) -> StepOutput:
     """Train on ``window`` (host micro-batches) and take one optimizer step; advance ``run``."""
     check, run.counts_checked = not run.counts_checked, True  # once: count_items vs num_items
     if check and ctx.count_flops:  # once, outside the timed step
-        run.micro_batch_flops = count_micro_batch_flops(ctx.module, window[0])
+        with paused(ctx.module, ctx.activation_checkpointing):  # recomputation adds no FLOPs
+            run.micro_batch_flops = count_micro_batch_flops(ctx.module, window[0])
     ctx.timer.start()
     with _audited(ctx, run, check):
         losses, counts, total, samples, last = train_window(ctx, window, run.batch_in_epoch, check)

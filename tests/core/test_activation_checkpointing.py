@@ -74,6 +74,10 @@ def train(checkpointing: bool, devices: int = 1, strategy: str = "auto") -> dict
     """Top-level so spawned ranks can import it: 4 AdamW steps with dropout, float64."""
     module = BlockStack()
     grads = Grads(module, strip=WRAPPED)
+    # a checkpointed block runs again in the backward (recomputation): its layers twice
+    calls = []
+    up = next(m for m in module.blocks[0].modules() if isinstance(m, nn.Linear))
+    up.register_forward_hook(lambda *_: calls.append(torch.is_grad_enabled()))
     cfg = trainer_config(
         devices=devices,
         precision="64-true",
@@ -87,6 +91,7 @@ def train(checkpointing: bool, devices: int = 1, strategy: str = "auto") -> dict
         "weights": full_weights(module),
         "telemetry": result.telemetry,
         "blocks": [type(b).__name__ for b in module.blocks],
+        "block_calls": sum(calls),
     }
 
 
@@ -96,6 +101,9 @@ def train_both(devices: int, strategy: str = "auto") -> tuple[dict, dict]:
 
 
 def assert_same_grads(got: dict, want: dict) -> None:
+    # 4 steps of 2 micro-batches (and the FLOP count's forward): with checkpointing the
+    # block runs once more for each micro-batch, recomputing its activations in the backward
+    assert want["block_calls"] >= 8 and got["block_calls"] - want["block_calls"] == 8
     assert_same_steps(got["grads"], want["grads"], 4)
     for name, value in want["weights"].items():
         torch.testing.assert_close(got["weights"][name], value, rtol=0, atol=1e-12)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from toy import ToyTokenModule, weights
+from toy import ToyTokenModule, count_loads, weights
 from trainers import trainer_config
 
 from kiln.core import callbacks, fit
@@ -110,12 +110,14 @@ def test_resumed_ema_equals_uninterrupted_ema(tmp_path: Path) -> None:
         callbacks=[whole],
     )
     saved = load(tmp_path / "a" / "step-00000004.ckpt")["callbacks"]["EMA"]["weights"]
-    resumed = EMA(decay=0.6, validate_with_ema=False)
+    resumed, module = EMA(decay=0.6, validate_with_ema=False), ToyTokenModule()
+    loaded = count_loads(module)
     fit(
-        ToyTokenModule(),
+        module,
         cfg(checkpoint_dir=str(tmp_path / "b"), resume=str(tmp_path / "a" / "step-00000002.ckpt")),
         callbacks=[resumed],
     )
+    assert loaded.calls == 2 * 4  # steps 3 and 4: a fresh run's EMA would end the same
     for name, value in whole.weights().items():
         assert torch.equal(resumed.weights()[name], value), name
         assert torch.equal(saved[name], value), name
@@ -245,12 +247,10 @@ def test_best_checkpoint_resumes_with_its_best_value(tmp_path: Path) -> None:
     first = ScriptedToy(script)
     snaps = Snapshots(first)
     fit(first, trainer, callbacks=[BestCheckpoint(monitor="val/score"), snaps])
-    best = BestCheckpoint(monitor="val/score")
-    fit(
-        ScriptedToy(script),
-        cfg(**{**vars(trainer), "max_steps": 5, "resume": "auto"}),
-        callbacks=[best],
-    )
+    best, module = BestCheckpoint(monitor="val/score"), ScriptedToy(script)
+    loaded = count_loads(module)
+    fit(module, cfg(**{**vars(trainer), "max_steps": 5, "resume": "auto"}), callbacks=[best])
+    assert loaded.calls == 2 * 4  # steps 4 and 5: a fresh 5-step run would keep step 2 too
     # 0.4 and 0.45 after the resume are below the 0.5 of step 2: the file stays
     assert (best.best, best.best_step) == (0.5, 2)
     saved = load(tmp_path / "best.ckpt")

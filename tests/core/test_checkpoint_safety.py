@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_resume import MODULE_KW, assert_same_weights, losses, trainer
-from toy import ToyTokenModule, weights
+from toy import ToyTokenModule, count_loads, weights
 
 from kiln.core import NonFiniteLossError, fit
 from kiln.core.checkpoints.checkpoint import read_checkpoint_meta
@@ -63,10 +63,12 @@ def test_auto_resume_skips_a_damaged_newest_checkpoint(tmp_path, reference, how)
     damaged = tmp_path / "ckpt" / "step-00000006.ckpt"
     _damage(damaged, how)
     module = ToyTokenModule(**MODULE_KW)
+    loaded = count_loads(module)
     with pytest.warns(UserWarning, match=f"checkpoint {damaged} is damaged") as record:
         result = fit(module, trainer(tmp_path, STEPS, keep_last_k=3, resume="auto"))
     assert not any("weights_only" in str(w.message) for w in record)
     # it fell back to step 4 and trained on: the run is the uninterrupted one, bit for bit
+    assert loaded.calls == (STEPS - 4) * 4  # 4 samples a step (a fresh run ends the same)
     assert_same_weights(weights(module), reference["weights"])
     assert losses(result) == losses(reference["result"])
     assert max(v.abs().max() for v in weights(module).values()) < 1e30  # no 3.4e38 rows
@@ -131,9 +133,10 @@ def test_resume_keeps_the_run_id_and_prunes_only_its_own_files(tmp_path, referen
     }
     foreign = ckpt / "step-00000001.ckpt"  # e.g. copied in by hand: no file of this run
     shutil.copy(ckpt / "step-00000002.ckpt", foreign)
-    result = fit(
-        ToyTokenModule(**MODULE_KW), trainer(tmp_path, STEPS, keep_last_k=1, resume="auto")
-    )
+    module = ToyTokenModule(**MODULE_KW)
+    loaded = count_loads(module)
+    result = fit(module, trainer(tmp_path, STEPS, keep_last_k=1, resume="auto"))
+    assert loaded.calls == (STEPS - 6) * 4  # resumed from step 6, 4 samples a step
     assert result.run_id == run_id
     assert sorted(p.name for p in ckpt.glob("*.ckpt")) == [
         "step-00000001.ckpt",

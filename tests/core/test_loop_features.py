@@ -9,7 +9,7 @@ import pytest
 import torch
 from lightning.fabric.plugins.precision.amp import MixedPrecision
 from torch.utils.data import DataLoader, TensorDataset
-from toy import ToyTokenModule, weights
+from toy import ToyTokenModule, count_loads, weights
 from trainers import trainer_config
 
 from kiln.core import (
@@ -48,8 +48,11 @@ def test_compiled_checkpoint_resumes_eagerly(tmp_path: Path) -> None:
     )
     state = torch.load(next(Path(ckpt).glob("step-*.ckpt")), weights_only=False)
     assert not any("_orig_mod" in key for key in state["model"])
-    resumed = fit(ToyTokenModule(), cfg(checkpoint_dir=ckpt, max_steps=4, resume="auto"))
+    module = ToyTokenModule()
+    loaded = count_loads(module)
+    resumed = fit(module, cfg(checkpoint_dir=ckpt, max_steps=4, resume="auto"))
     assert resumed.global_step == 4
+    assert loaded.calls == 2 * 4  # steps 3 and 4 of 4 samples: it loaded the compiled run's
 
 
 class LambdaToy(ToyTokenModule):

@@ -1,10 +1,12 @@
 """``trainer.activation_checkpointing=true`` on a plain module with repeated blocks: each block
-is wrapped in torch's non-reentrant ``checkpoint_wrapper`` for the fit (and unwrapped after);
-every step's gradients equal those of the same run without it, in float64, on one process
+is wrapped in torch's non-reentrant ``checkpoint_wrapper`` for the fit (and unwrapped after)
+and runs again in the backward (its recomputation, counted); every step's gradients equal
+those of the same run without it, in float64, on one process
 and on 2 gloo ranks; the activations kept for the backward shrink, measured; a module that
 cannot be checkpointed fails before training, naming itself and what is supported.
 
-The HF and timm wrappers' own hooks are tested in ``tests/models/test_activation_checkpointing.py``.
+The HF and timm wrappers' own hooks are tested in
+``tests/models/test_wrappers_activation_checkpointing.py``.
 """
 
 from __future__ import annotations

@@ -78,7 +78,12 @@ def test_the_batch_shell_keeps_a_signal_before_the_step_and_passes_later_ones_on
         _wait_for(tmp_path / "srun_started", proc)
         assert (tmp_path / "srun_env").read_text().strip() == str(kept)
         _signal(proc, signal.SIGUSR2, tmp_path, 2)
+        _wait_for(tmp_path / "scancel", proc)  # passed on in the background
         _signal(proc, signal.SIGTERM, tmp_path, 3)
+        deadline = time.monotonic() + 30
+        while len((tmp_path / "scancel").read_text().splitlines()) < 2:
+            assert time.monotonic() < deadline, "SIGTERM was not passed on"
+            time.sleep(0.02)
         assert (tmp_path / "scancel").read_text().splitlines() == [
             "--signal=USR2 42",
             "--signal=TERM 42",

@@ -31,6 +31,7 @@ kiln_id=${kiln_id:-$SLURM_JOB_ID}
 export KILN_SLURM_SIGNAL_FILE=@FOLDER@/${kiln_id}_kiln_signal
 rm -f "$KILN_SLURM_SIGNAL_FILE"  # a requeued attempt starts with none
 kiln_step=
+kiln_passing=()
 kiln_signal() {
     if [[ -n $kiln_step ]]; then
         echo "kiln: the batch shell got SIG$1: passed to the job step" >&2
@@ -38,7 +39,10 @@ kiln_signal() {
         echo "kiln: the batch shell got SIG$1 before the job step: kept for it" >&2
     fi
     [[ $1 != @SIGNAL@ ]] || echo "$1" >>"$KILN_SLURM_SIGNAL_FILE"
-    [[ -z $kiln_step ]] || scancel --signal="$1" "$SLURM_JOB_ID" 2>/dev/null || true
+    if [[ -n $kiln_step ]]; then  # in the background: scancel waits while the job ends
+        scancel --signal="$1" "$SLURM_JOB_ID" 2>/dev/null &
+        kiln_passing+=($!)
+    fi
 }
 trap 'kiln_signal @SIGNAL@' @SIGNAL@
 trap 'kiln_signal TERM' TERM
@@ -51,7 +55,10 @@ srun() {  # in the background: the traps run while the step runs
         rc=$?
         kill -0 "$kiln_step" 2>/dev/null || break  # else a trap interrupted the wait
     done
+    # a scancel still waiting (the job is being requeued) would hold it until KillWait
+    kill "${kiln_passing[@]}" 2>/dev/null
     kiln_step=
+    kiln_passing=()
     return "$rc"
 }
 """

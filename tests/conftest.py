@@ -1,4 +1,5 @@
-"""Suite-wide settings: offline, quiet, and small thread pools on a 2-core machine."""
+"""Suite-wide settings: offline and quiet. No thread counts: kiln decides each rank's
+(``trainer.threads_per_rank``), and the tests run in the environment users get."""
 
 import os
 
@@ -8,7 +9,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -138,6 +138,9 @@ def test_usr2_requeues_the_job_which_resumes_exactly_in_one_wandb_run(tmp_path):
         "compile.backend=aot_eager",
         "trainer.checkpoint_every_n_steps=1000",
         "trainer.log_every_n_steps=1",
+        # the SLURM task holds one CPU (cpus_per_task=1), the plain run all the cores: by
+        # default each computes on its own, and float sums add in another order
+        "trainer.threads_per_rank=1",
     ]
     sweep, sweep_dir = start_sweep(tmp_path, args)
     job_id = wait_for_step(sweep, sweep_dir, 2)

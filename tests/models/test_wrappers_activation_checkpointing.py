@@ -71,7 +71,7 @@ def train(name: str, checkpointing: bool, devices: int = 1, strategy: str = "aut
         activation_checkpointing=checkpointing,
         strategy=strategy,
     )
-    result = fit(model, cfg, callbacks=[grads])
+    fit(model, cfg, callbacks=[grads])
     return {"grads": grads.steps, "block_calls": block.calls}
 
 

@@ -7,38 +7,19 @@ count on all three, recorded in each job's machine block and checkpoint."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any
-
 from test_slurm_multinode import (
-    JOB,
     assert_same_weights,
     final_weights,
     one_node_job,
     pytestmark,  # slurm, and a cluster of two nodes
+    torchrun_job,
     two_node_job,
 )
-from train_helpers import explain, summary, user_env
 
 from kiln.core.checkpoints.checkpoint import read_checkpoint_meta
 from kiln.core.distributed.threads import default_threads_per_rank
 
 __all__ = ["pytestmark"]
-
-
-def torchrun_job(log_dir: Path, devices: int) -> dict[str, Any]:
-    """The job under ``torchrun --standalone --nproc-per-node <devices>`` on this machine."""
-    run_dir = log_dir / "run"
-    env = {**user_env(), "KILN_LOG_DIR": str(log_dir), "WANDB_MODE": "offline"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    cmd += [f"--nproc-per-node={devices}", "-m", "kiln.experiments.train", *JOB]
-    cmd += [f"trainer.devices={devices}", f"hydra.run.dir={run_dir}"]
-    log_dir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(cmd, env=env, cwd=log_dir, capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, explain(proc)
-    return summary(run_dir)
 
 
 def test_slurm_local_workers_and_torchrun_end_bit_identical(monkeypatch, tmp_path):

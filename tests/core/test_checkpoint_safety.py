@@ -19,6 +19,7 @@ from toy import ToyTokenModule, count_loads, weights
 from kiln.core import NonFiniteLossError, fit
 from kiln.core.checkpoints.checkpoint import read_checkpoint_meta
 from kiln.core.checkpoints.rundir import CheckpointDirError, DamagedCheckpointError
+from kiln.core.distributed.threads import default_threads_per_rank
 from kiln.core.errors import EmptyEpochError, NonFiniteWeightsError
 
 STEPS = 8  # checkpoints every 2 steps: 2, 4, 6, 8
@@ -130,6 +131,7 @@ def test_resume_keeps_the_run_id_and_prunes_only_its_own_files(tmp_path, referen
         "epoch": 1,
         "world_size": 1,
         "run_id": run_id,
+        "threads_per_rank": default_threads_per_rank(1, 1),  # what fit computed with
     }
     foreign = ckpt / "step-00000001.ckpt"  # e.g. copied in by hand: no file of this run
     shutil.copy(ckpt / "step-00000002.ckpt", foreign)

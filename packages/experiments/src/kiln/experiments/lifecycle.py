@@ -97,15 +97,20 @@ class Terminated(SystemExit):
 
 
 class Requeued(SystemExit):
-    """SLURM's USR2 (preemption, time limit) stopped the job at a step boundary with a
-    checkpoint; once its record is written, submitit requeues it (``record``: the record)."""
+    """SLURM's USR2 (preemption, time limit) or its preemption SIGTERM stopped the job at a
+    step boundary with a checkpoint; once its record is written, submitit requeues it
+    (``record``: the record; ``signal_name``: the signal that stopped it)."""
 
-    def __init__(self, record: dict[str, Any]) -> None:
+    def __init__(self, record: dict[str, Any], signal_name: str = "SIGUSR2") -> None:
         super().__init__(-1)  # submitit's own exit code for a requeue
         self.record = record
+        self.signal_name = signal_name
 
     def __str__(self) -> str:
-        return "stopped by SIGUSR2 at a step boundary with a checkpoint; requeued by submitit"
+        return (
+            f"stopped by {self.signal_name} at a step boundary with a checkpoint; "
+            "requeued by submitit"
+        )
 
 
 def _calibration_device(accelerator: str) -> str:

@@ -66,7 +66,7 @@ def end_after_signal(signal_name: str, record: dict[str, Any]) -> None:
     if not callable(signal.getsignal(signum)):
         raise Terminated(signum)  # the default action would end the process unrecorded
     if signum == signal.SIGUSR2 or (signum == signal.SIGTERM and preempted()):
-        raise Requeued(record)  # SLURM's preemption SIGTERM requeues as its USR2 does
+        raise Requeued(record, signal_name)  # SLURM's preemption SIGTERM requeues as its USR2 does
     signal.raise_signal(signum)  # the Python handler runs (and raises) before this returns
 
 

@@ -1,0 +1,27 @@
+"""A requeued attempt's reason names the signal that stopped it: SLURM's USR2 (time limit,
+``scancel --signal``) or the SIGTERM of its preemption, which requeues the same way."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from kiln.experiments.lifecycle import Requeued, one_line_reason
+from kiln.experiments.train.runner import end_after_signal
+
+
+def test_usr2_at_a_step_boundary_requeues_and_says_so() -> None:
+    before = signal.signal(signal.SIGUSR2, lambda *_: None)  # as fit's stop handler is
+    try:
+        with pytest.raises(Requeued) as caught:
+            end_after_signal("SIGUSR2", {"status": "ok"})
+    finally:
+        signal.signal(signal.SIGUSR2, before)
+    assert one_line_reason(caught.value) == (
+        "Requeued: stopped by SIGUSR2 at a step boundary with a checkpoint; requeued by submitit"
+    )
+
+
+def test_a_preemption_sigterm_requeue_names_sigterm() -> None:
+    assert str(Requeued({}, "SIGTERM")).startswith("stopped by SIGTERM at a step boundary")

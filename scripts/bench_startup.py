@@ -7,7 +7,7 @@ ratio to ``import torch``. The breakdown of a job's time before its first step i
 differences between variants that each add one thing: imports, config composition, a
 one-step job (model, data, Fabric setup and the step), W&B's offline run, a second worker,
 and what the cut of the interpreter's teardown at exit took from the default job
-(``kiln.experiments.fast_exit``). CPU seconds
+(``kiln.experiments.jobs.fast_exit``). CPU seconds
 (user + system) are printed beside wall seconds: on a busy machine they are the steadier
 figure.
 
@@ -32,8 +32,8 @@ BIN = Path(sys.executable).parent
 JOB = ["model=bert-tiny-cls", "debug=fast", "compile=none", "trainer.max_steps=1"]
 # kiln.core's loop, the HF and timm wrappers, W&B: what a training job imports
 JOB_IMPORTS = (
-    "import kiln.experiments.train.runner, kiln.core.loop.fit, kiln.models.hf, kiln.models.vision,"
-    " wandb"
+    "import kiln.experiments.train.train_job, kiln.core.loop.fit, kiln.models.hf,"
+    " kiln.models.vision, wandb"
 )
 
 

@@ -25,9 +25,9 @@ def main(out: Path, overrides: list[str]) -> None:
 
     from kiln.core import weights_hash
     from kiln.core.loop.data import epoch_batches, training_loader
-    from kiln.experiments.config import config_dir
+    from kiln.experiments.settings.compose import config_dir
     from kiln.experiments.train.preflight import build_checked
-    from kiln.experiments.train.schema import register_configs, validate
+    from kiln.experiments.train.train_config import register_configs, validate
     from kiln.models.optim import parameter_groups
 
     register_configs()

@@ -25,7 +25,7 @@ from trainers import trainer_config
 
 from kiln.core import TrainerConfig, fit, launch
 from kiln.core.loop.activation_checkpointing import activation_checkpointing
-from kiln.experiments.bench.memory import step_peak_bytes
+from kiln.experiments.bench.step_memory import step_peak_bytes
 
 WRAPPED = "_checkpoint_wrapped_module."
 

@@ -155,7 +155,7 @@ def _main(command: str, argv: list[str]) -> Callable[[], Any]:
     """``kiln-<command>``'s console script entry point without its process ending."""
     cli = importlib.import_module(f"kiln.experiments.{command}.cli")
     if command == "train":
-        from kiln.experiments.config import run_hydra_app
+        from kiln.experiments.settings.compose import run_hydra_app
 
         # cli.main() ends the process (fast_exit.end_process): the rest of it
         return lambda: run_hydra_app(cli.task, "train", cli.register_configs)

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from kiln.experiments.bench.runner import run_bench_job
-from kiln.experiments.bench.schema import BenchSettings, register_configs
-from kiln.experiments.config import config_dir
-from kiln.experiments.job import JobInfo
+from kiln.experiments.bench.bench_config import BenchSettings, register_configs
+from kiln.experiments.bench.bench_job import run_bench_job
 from kiln.experiments.report.cli import main as report_main
+from kiln.experiments.settings.compose import config_dir
+from kiln.experiments.settings.job_info import JobInfo
 
 CONFIGS = config_dir()
 BIN = Path(sys.executable).parent

@@ -9,17 +9,17 @@ import torch
 from hydra import compose, initialize_config_dir
 from in_process import kiln_command
 
-from kiln.experiments.bench.schema import register_configs
-from kiln.experiments.bench.suite_lists import (
+from kiln.experiments.bench.bench_config import register_configs
+from kiln.experiments.bench.suites import SuiteModelUnsupported, build_suite_module
+from kiln.experiments.report.bench import model_rows, suite_rows, summary_rows
+from kiln.experiments.report.cli import build_report
+from kiln.experiments.settings.compose import config_dir
+from kiln.experiments.settings.suite_lists import (
     list_batch_sizes,
     source_revision,
     suite_batch_size,
     sweep_values,
 )
-from kiln.experiments.bench.suites import SuiteModelUnsupported, build_suite_module
-from kiln.experiments.config import config_dir
-from kiln.experiments.report.bench import model_rows, suite_rows, summary_rows
-from kiln.experiments.report.cli import build_report
 
 CPU = torch.device("cpu")
 LLM_ENTRIES = {name for name in list_batch_sizes("hf") if "/" in name}

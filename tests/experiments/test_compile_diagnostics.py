@@ -64,10 +64,10 @@ def test_a_graph_break_is_recorded_with_reason_and_line_and_listed_by_the_report
 def test_compile_trace_true_keeps_a_tlparse_report_in_the_job_dir_and_logs_it(tmp_path):
     from hydra import compose, initialize_config_dir
 
-    from kiln.experiments.bench.runner import run_bench_job
-    from kiln.experiments.bench.schema import register_configs
-    from kiln.experiments.config import config_dir
-    from kiln.experiments.job import JobInfo
+    from kiln.experiments.bench.bench_config import register_configs
+    from kiln.experiments.bench.bench_job import run_bench_job
+    from kiln.experiments.settings.compose import config_dir
+    from kiln.experiments.settings.job_info import JobInfo
 
     register_configs()
     overrides = [

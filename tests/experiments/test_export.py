@@ -12,7 +12,7 @@ import torch
 from export_helpers import export_case, kiln, plain_outputs
 from train_helpers import explain, job_dirs, run_train, summary
 
-from kiln.experiments.restore import load_trained_module, resolve_checkpoint
+from kiln.experiments.jobs.trained_model import load_trained_module, resolve_checkpoint
 
 EXPERIMENTS = ["bert_text", "tiny_llama_lm", "cnn_digits", "vit_digits"]
 

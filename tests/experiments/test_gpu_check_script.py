@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln.experiments.bench.suite_lists import list_batch_sizes
+from kiln.experiments.settings.suite_lists import list_batch_sizes
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "gpu_check.sh"
 

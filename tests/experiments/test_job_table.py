@@ -4,7 +4,7 @@ import json
 
 from rich.console import Console
 
-from kiln.experiments.console import job_table
+from kiln.experiments.jobs.console import job_table
 
 
 def render(summary):

@@ -3,7 +3,7 @@
 import pytest
 from train_helpers import compose_train
 
-from kiln.experiments.resolvers import if_cuda, uses_cuda
+from kiln.experiments.settings.resolvers import if_cuda, uses_cuda
 
 
 @pytest.mark.parametrize(("accelerator", "devices", "gpus"), [("cuda", 2, 2), ("cpu", 2, 0)])

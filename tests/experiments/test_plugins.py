@@ -17,7 +17,7 @@ from export_helpers import export_case, kiln, plain_outputs
 from train_helpers import FAST, explain, job_dirs, run_train, summary
 
 import kiln.models as km
-from kiln.experiments.restore import load_trained_module, resolve_checkpoint
+from kiln.experiments.jobs.trained_model import load_trained_module, resolve_checkpoint
 
 PLUGIN_SRC = Path(__file__).resolve().parents[1] / "plugin_example"
 SEARCHPATH = "hydra.searchpath=[pkg://kiln_plugin_example.configs]"
@@ -161,8 +161,8 @@ def test_local_group_and_a_user_config_folder_join_kilns(tmp_path):
     through hydra.searchpath (both composed as kiln-train composes them)."""
     from hydra import compose, initialize_config_dir
 
-    from kiln.experiments.config import config_dir
-    from kiln.experiments.train.schema import register_configs
+    from kiln.experiments.settings.compose import config_dir
+    from kiln.experiments.train.train_config import register_configs
 
     configs = tmp_path / "configs"
     shutil.copytree(config_dir(), configs)

@@ -30,7 +30,7 @@ from omegaconf import OmegaConf, open_dict
 from readme_blocks import DOCS, ROOT, Block, commands, program, read_blocks
 from train_helpers import compose_train
 
-from kiln.experiments.config import config_dir
+from kiln.experiments.settings.compose import config_dir
 
 BLOCKS = [block for doc in DOCS for block in read_blocks(doc)]
 SHELL = {"bash", "sh", "console"}
@@ -75,7 +75,7 @@ def _jobs(args: list[str]) -> list[list[str]]:
 def _compose(name: str, overrides: list[str]) -> None:
     """Compose and validate ``name`` (train or bench) as its entry point does."""
     if name == "kiln-train":
-        from kiln.experiments.train.schema import validate
+        from kiln.experiments.train.train_config import validate
 
         # the example plugin stands in for the user's installed one, whose configs/ folder
         # kiln's search-path plugin adds (test_plugin_configs.py installs it for real)
@@ -83,7 +83,7 @@ def _compose(name: str, overrides: list[str]) -> None:
         searched = any(o.startswith("hydra.searchpath") for o in overrides)
         cfg = compose_train([*overrides, *([] if searched else [plugin])], hydra_config=True)
     else:
-        from kiln.experiments.bench.schema import register_configs
+        from kiln.experiments.bench.bench_config import register_configs
 
         register_configs()
         with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):

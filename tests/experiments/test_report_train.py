@@ -80,8 +80,8 @@ def test_without_overrides_runs_match_on_fields():
 
 
 def test_report_and_wandb_name_runs_with_the_same_override_filter():
-    from kiln.experiments.job import JobInfo
     from kiln.experiments.report.train import run_name
+    from kiln.experiments.settings.job_info import JobInfo
 
     overrides = ["launcher=local_submitit", "hydra/launcher=basic", "compile=none"]
     assert run_name({"overrides": overrides}) == "compile=none"

@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
-from kiln.experiments.lifecycle import Requeued, one_line_reason
-from kiln.experiments.train.runner import end_after_signal
+from kiln.experiments.jobs.lifecycle import Requeued, one_line_reason
+from kiln.experiments.train.train_job import end_after_signal
 
 
 def test_usr2_at_a_step_boundary_requeues_and_says_so() -> None:

@@ -1,6 +1,6 @@
-"""kiln's lines in a SLURM batch script (``kiln.experiments.slurm_batch``), run by bash with
-stand-ins for ``srun`` and ``scancel``: the shell survives USR2 and TERM, keeps a USR2 that
-came before the job step in the signal file, and passes later ones to the step."""
+"""kiln's lines in a SLURM batch script (``kiln.experiments.launchers.slurm_batch``), run by
+bash with stand-ins for ``srun`` and ``scancel``: the shell survives USR2 and TERM, keeps a
+USR2 that came before the job step in the signal file, and passes later ones to the step."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln.experiments.slurm_batch import batch_setup, task_command
+from kiln.experiments.launchers.slurm_batch import batch_setup, task_command
 
 pytestmark = pytest.mark.process
 
@@ -104,7 +104,7 @@ def test_a_task_started_by_srun_survives_usr2_and_term_before_python_handles_the
     """The interpreter starts with USR2 and TERM ignored: one that comes before kiln's first
     line (start_job) does not kill the task (the batch shell's file keeps a USR2 for it)."""
     argv = shlex.split(task_command(sys.executable))
-    assert argv[-3:] == ["-u", "-m", "kiln.experiments.slurm"]
+    assert argv[-3:] == ["-u", "-m", "kiln.experiments.launchers.slurm"]
     code = "import time; time.sleep(1.5); print('alive')"
     proc = subprocess.Popen([*argv[:-3], "-c", code], stdout=subprocess.PIPE, text=True)
     time.sleep(0.3)

@@ -115,7 +115,7 @@ def test_a_finished_job_ends_its_process_without_the_interpreters_teardown(tmp_p
 def test_collection_is_held_through_start_up_and_frozen_objects_are_released_after():
     import gc
 
-    from kiln.experiments.startup_gc import collection_held, startup_frozen
+    from kiln.experiments.settings.startup_gc import collection_held, startup_frozen
 
     assert gc.isenabled() and gc.get_freeze_count() == 0
     with startup_frozen():  # outside a held command (fit called from Python): no change
@@ -180,7 +180,7 @@ def test_a_jobs_start_up_runs_no_full_collection_and_its_loop_skips_what_start_u
 
 WANDB_INIT_PROBE = """
 import sys
-from kiln.experiments.schema import LoggerConfig
+from kiln.experiments.settings.base import LoggerConfig
 from kiln.experiments.tracking.tracker import import_early
 
 import_early(LoggerConfig(backend=sys.argv[1]))

@@ -9,9 +9,9 @@ import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from train_helpers import compose_train, explain, run_train
 
-from kiln.experiments.build import build_module
-from kiln.experiments.config import config_dir
-from kiln.experiments.train.schema import TrainConfig, validate
+from kiln.experiments.settings.build import build_module
+from kiln.experiments.settings.compose import config_dir
+from kiln.experiments.train.train_config import TrainConfig, validate
 from kiln.models.registry import get_model_entry
 
 CONFIGS = Path(config_dir())

@@ -11,10 +11,10 @@ from train_helpers import FAST, compose_train, explain, job_dirs, run_train, sum
 
 from kiln.core import FitResult
 from kiln.core.distributed.launch import WorkerFailedError
-from kiln.experiments.lifecycle import one_line_reason
+from kiln.experiments.jobs.lifecycle import one_line_reason
 from kiln.experiments.report.cli import build_report
-from kiln.experiments.train.runner import fit_progress
-from kiln.experiments.train.schema import validate
+from kiln.experiments.train.train_config import validate
+from kiln.experiments.train.train_job import fit_progress
 
 
 def test_unresolvable_config_in_a_sweep_leaves_a_summary_a_table_row_and_a_report_row(tmp_path):

@@ -14,7 +14,7 @@ from train_helpers import FAST, compose_train, explain, job_dirs, run_train, sum
 
 from kiln.core import TrainerConfig
 from kiln.core.config import FSDPConfig
-from kiln.experiments.restore import load_trained_module, resolve_checkpoint
+from kiln.experiments.jobs.trained_model import load_trained_module, resolve_checkpoint
 
 COMMAND = ["debug=fast", "trainer.devices=2", "trainer.accelerator=cpu", "trainer.strategy=fsdp"]
 

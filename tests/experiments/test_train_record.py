@@ -10,9 +10,9 @@ import json
 from rich.console import Console
 from train_helpers import FAST, explain, job_dirs, run_train, summary
 
-from kiln.experiments.console import job_table
+from kiln.experiments.jobs.console import job_table
+from kiln.experiments.jobs.train_record import TrainRecord
 from kiln.experiments.report.cli import build_report
-from kiln.experiments.train.record import TrainRecord
 
 # A summary.json as kiln wrote it before it recorded why a run stopped, the initial weights'
 # hash, the attempts and the step times: it has none of those keys, and one it no longer writes.

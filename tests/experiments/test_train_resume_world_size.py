@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from train_helpers import FAST, explain, run_train, summary
 
-from kiln.experiments.train.resume import ResumeConfigError, check_resume, config_changes
+from kiln.experiments.train.rerun import ResumeConfigError, check_resume, config_changes
 
 CKPT = ["trainer.checkpoint_every_n_steps=2", "logger=csv"]
 
@@ -34,7 +34,7 @@ def test_the_same_global_batch_on_another_world_size_is_no_change():
 def test_another_global_batch_is_refused_naming_both_world_sizes_and_what_works(monkeypatch):
     path = Path("job/checkpoints/step-00000004.ckpt")
     monkeypatch.setattr(
-        "kiln.experiments.train.resume.explicit_checkpoint_meta",
+        "kiln.experiments.train.rerun.explicit_checkpoint_meta",
         lambda resume: {"config": cfg(2, 2), "global_step": 4},
     )
     with pytest.raises(ResumeConfigError) as error:

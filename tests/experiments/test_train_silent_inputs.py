@@ -76,10 +76,10 @@ def test_a_warmup_longer_than_the_run_warns_in_the_config_stage(tmp_path):
 def test_kiln_bench_refuses_such_a_key_before_anything_is_written(tmp_path):
     from hydra import compose, initialize_config_dir
 
-    from kiln.experiments.bench.runner import run_bench_job
-    from kiln.experiments.bench.schema import register_configs
-    from kiln.experiments.config import config_dir
-    from kiln.experiments.job import JobInfo
+    from kiln.experiments.bench.bench_config import register_configs
+    from kiln.experiments.bench.bench_job import run_bench_job
+    from kiln.experiments.settings.compose import config_dir
+    from kiln.experiments.settings.job_info import JobInfo
 
     register_configs()
     with initialize_config_dir(config_dir(), version_base="1.3"):

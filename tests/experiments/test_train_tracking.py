@@ -9,10 +9,10 @@ import time
 import pytest
 import torch
 
-from kiln.experiments.hydra_callbacks import SweepStatus
-from kiln.experiments.job import JobInfo, write_job_json
-from kiln.experiments.schema import LoggerConfig
-from kiln.experiments.sweep import scan_sweep
+from kiln.experiments.jobs.hydra_callbacks import SweepStatus
+from kiln.experiments.jobs.sweep_scan import scan_sweep
+from kiln.experiments.settings.base import LoggerConfig
+from kiln.experiments.settings.job_info import JobInfo, write_job_json
 from kiln.experiments.tracking import wandb_files
 from kiln.experiments.tracking.tracker import Tracker
 
@@ -130,7 +130,7 @@ def test_report_takes_group_and_project_from_the_records_wandb_entry(tmp_path):
 
 @pytest.mark.slow
 def test_flops_mfu_and_compile_cache_reach_the_wandb_summary(tmp_path):
-    from kiln.experiments.train.runner import _wandb_summary
+    from kiln.experiments.train.train_job import _wandb_summary
 
     telemetry = {
         "flops_per_step": 6.0e11,

@@ -80,8 +80,8 @@ def test_a_rerun_waits_for_the_attempt_before_to_let_go_of_the_run(tmp_path):
     in use")."""
     import threading
 
-    from kiln.experiments.job import JobInfo
-    from kiln.experiments.schema import LoggerConfig
+    from kiln.experiments.settings.base import LoggerConfig
+    from kiln.experiments.settings.job_info import JobInfo
     from kiln.experiments.tracking.tracker import Tracker
 
     job = JobInfo(output_dir=str(tmp_path))

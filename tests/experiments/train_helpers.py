@@ -15,8 +15,8 @@ from hydra import compose, initialize_config_dir
 from in_process import kiln_command, user_env
 from omegaconf import DictConfig
 
-from kiln.experiments.config import config_dir
-from kiln.experiments.train.schema import register_configs
+from kiln.experiments.settings.compose import config_dir
+from kiln.experiments.train.train_config import register_configs
 
 # Tiny, fast and deterministic: every test run trains the tiny BERT for a few steps.
 FAST = ["debug=fast", "trainer.max_steps=4", "compile.backend=aot_eager"]

@@ -1,7 +1,7 @@
 """Hydra search-path plugin: installed kiln plugins' config folders join kiln's.
 
 Hydra finds it by scanning ``hydra_plugins``; it appends each folder that
-:func:`kiln.experiments.plugin_configs.plugin_config_dirs` finds, after kiln's own (a
+:func:`kiln.experiments.settings.plugin_configs.plugin_config_dirs` finds, after kiln's own (a
 plugin cannot shadow kiln's configs). ``kiln-train model=<plugin model>`` then needs no
 ``hydra.searchpath``.
 """
@@ -9,7 +9,7 @@ plugin cannot shadow kiln's configs). ``kiln-train model=<plugin model>`` then n
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
-from kiln.experiments.plugin_configs import plugin_config_dirs
+from kiln.experiments.settings.plugin_configs import plugin_config_dirs
 
 
 class KilnPluginConfigs(SearchPathPlugin):

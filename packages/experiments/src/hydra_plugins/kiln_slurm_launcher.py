@@ -1,8 +1,8 @@
 """kiln's SLURM launcher (``launcher=slurm``): hydra-submitit-launcher's ``SlurmLauncher``
 whose batch scripts pass a signal to the job step and keep one that came before it
-(:mod:`kiln.experiments.slurm_batch`), whose jobs defer a preemption signal from their first
-instant until submitit can requeue on it and requeue once, and whose submitter stops
-waiting on a job SLURM no longer has (:mod:`kiln.experiments.slurm`).
+(:mod:`kiln.experiments.launchers.slurm_batch`), whose jobs defer a preemption signal from
+their first instant until submitit can requeue on it and requeue once, and whose submitter stops
+waiting on a job SLURM no longer has (:mod:`kiln.experiments.launchers.slurm`).
 
 A Hydra plugin lives below ``hydra_plugins`` (Hydra refuses a launcher class elsewhere);
 Hydra imports this module at every start, so it imports nothing heavy, and nothing at all
@@ -29,7 +29,7 @@ if SlurmLauncher is not None:
         """``SlurmLauncher`` with kiln's job entry and its submitter's watch on SLURM."""
 
         def __call__(self, *args: Any, **kwargs: Any) -> Any:
-            from kiln.experiments.slurm import (
+            from kiln.experiments.launchers.slurm import (
                 forget_earlier_result,
                 guard_requeue,
                 replay_deferred_signal,
@@ -47,15 +47,16 @@ if SlurmLauncher is not None:
 
         def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Any:
             """Submit one SLURM job per Hydra job (an array), as ``SlurmLauncher`` does,
-            and wait for their results (:func:`kiln.experiments.slurm.wait_for_results`)."""
+            and wait for their results
+            (:func:`kiln.experiments.launchers.slurm.wait_for_results`)."""
             import submitit
             from hydra.core.singleton import Singleton
             from hydra.core.utils import filter_overrides
             from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
             from omegaconf import OmegaConf
 
-            from kiln.experiments.slurm import preemption_signal, wait_for_results
-            from kiln.experiments.slurm_batch import batch_setup, task_command
+            from kiln.experiments.launchers.slurm import preemption_signal, wait_for_results
+            from kiln.experiments.launchers.slurm_batch import batch_setup, task_command
 
             assert self.config is not None
             params = dict(self.params)

@@ -16,7 +16,7 @@ from typing import Any
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
 
-from kiln.experiments.repeats import REPEAT_KEY
+from kiln.experiments.settings.repeats import REPEAT_KEY
 
 
 class InterleavedSweeper(BasicSweeper):

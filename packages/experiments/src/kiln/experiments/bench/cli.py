@@ -20,9 +20,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from kiln.experiments.bench.schema import register_configs
-from kiln.experiments.config import run_hydra_app
-from kiln.experiments.job import BENCH, JobInfo
+from kiln.experiments.bench.bench_config import register_configs
+from kiln.experiments.settings.compose import run_hydra_app
+from kiln.experiments.settings.job_info import BENCH, JobInfo
 
 
 def result_line(record: dict[str, Any]) -> str:
@@ -45,8 +45,8 @@ def result_line(record: dict[str, Any]) -> str:
 def task(cfg: DictConfig) -> float | None:
     """The Hydra task: one benchmark. Returns the speedup (for sweepers) or ``None``."""
     # Imported here: --help, --cfg and config errors do not pay for Fabric and the models.
-    from kiln.experiments.bench.runner import run_bench_job
-    from kiln.experiments.lifecycle import JobFailed
+    from kiln.experiments.bench.bench_job import run_bench_job
+    from kiln.experiments.jobs.lifecycle import JobFailed
 
     job = JobInfo.from_hydra()
     if cfg.get("print_config"):

@@ -13,7 +13,7 @@ SPEEDUP_KEYS = (
 )
 """The speedup figures of :func:`kiln.experiments.bench.stats.speedup_stats`."""
 MEMORY_KEYS = ("memory_eager_mb", "memory_compiled_mb", "memory_ratio")
-"""Each variant's peak memory (:mod:`kiln.experiments.bench.memory`) and their ratio."""
+"""Each variant's peak memory (:mod:`kiln.experiments.bench.step_memory`) and their ratio."""
 SUMMARY_KEYS = (
     "status",
     "reason",

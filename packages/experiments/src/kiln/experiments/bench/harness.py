@@ -16,11 +16,11 @@ Modelled on PyTorch's ``benchmarks/dynamo`` harness:
 4. Both variants warm up, then run interleaved ``repeats`` times, the order flipping every
    pair (A B, B A, A B, ...) to cancel position effects; speedup is
    median eager / median compiled, the spread the 25th/75th percentile of per-pair ratios.
-5. Peak memory of each variant (see :mod:`kiln.experiments.bench.memory`); graph breaks,
+5. Peak memory of each variant (see :mod:`kiln.experiments.bench.step_memory`); graph breaks,
    recompiles and torch's own compile seconds from kiln.core's ``CompileWatch``.
 
 Nothing raises out of :func:`run_benchmark`: it runs in named stages
-(:func:`kiln.experiments.stages.stage`), and an exception becomes a result with status
+(:func:`kiln.experiments.jobs.stages.stage`), and an exception becomes a result with status
 ``error`` and the stage it happened in, so one bad model never stops a sweep.
 """
 
@@ -43,9 +43,9 @@ from kiln.core.config import PRECISIONS, CompileConfig
 from kiln.core.loop.optim import unpack_optimizers
 from kiln.core.telemetry.compile_watch import CompileWatch
 from kiln.experiments.bench.fields import MEMORY_KEYS
-from kiln.experiments.bench.memory import variant_peak_memory_mb
 from kiln.experiments.bench.stats import speedup_stats
-from kiln.experiments.stages import stage, stage_of
+from kiln.experiments.bench.step_memory import variant_peak_memory_mb
+from kiln.experiments.jobs.stages import stage, stage_of
 
 METHOD = (
     "interleaved eager/compiled train steps (order flipped every pair; zero_grad, "
@@ -394,7 +394,7 @@ def _timed_pairs(eager: _Variant, compiled: _Variant, batch: Any, repeats: int) 
 
 
 def _peak_memory(eager: _Variant, compiled: _Variant, batch: Any, steps: int) -> dict[str, Any]:
-    """Each variant's peak memory (:mod:`kiln.experiments.bench.memory`) and their ratio."""
+    """Each variant's peak memory (:mod:`kiln.experiments.bench.step_memory`) and their ratio."""
     mem_e, mem_c = (
         variant_peak_memory_mb(lambda v=v: v.step(batch), v.module, v.optimizer, v.device, steps)
         for v in (eager, compiled)

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from kiln.experiments.bench.suite_lists import source_revision, suite_batch_size, suite_list
+from kiln.experiments.settings.suite_lists import source_revision, suite_batch_size, suite_list
 from kiln.models import KilnModule, OptimizerConfig, SchedulerConfig
 from kiln.models.module import at_least_fp32
 

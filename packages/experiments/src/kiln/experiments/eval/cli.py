@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kiln.experiments.job import TRAIN
-from kiln.experiments.restore import EXPORT_FILE
+from kiln.experiments.jobs.trained_model import EXPORT_FILE
+from kiln.experiments.settings.job_info import TRAIN
 
 EVAL_FILE = "eval.json"
 
@@ -36,7 +36,7 @@ def _job_record(start: Path) -> tuple[Path | None, dict[str, Any]]:
 
 def _load(source: Path) -> tuple[Any, dict[str, Any], Path]:
     """The trained module, what it came from, and the path its job is searched from."""
-    from kiln.experiments.restore import (
+    from kiln.experiments.jobs.trained_model import (
         load_exported_module,
         load_trained_module,
         resolve_checkpoint,
@@ -97,8 +97,8 @@ def _log(
     """Log the metrics to the run the model was trained in (or a new ``eval`` run)."""
     if mode == "disabled":
         return None
-    from kiln.experiments.job import JobInfo
-    from kiln.experiments.schema import LoggerConfig
+    from kiln.experiments.settings.base import LoggerConfig
+    from kiln.experiments.settings.job_info import JobInfo
     from kiln.experiments.tracking.tracker import Tracker
 
     cfg = LoggerConfig(

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from kiln.experiments.restore import EXPORT_FILE
+from kiln.experiments.jobs.trained_model import EXPORT_FILE
 
 
 def export(source: str | Path, out_dir: str | Path) -> Path:
@@ -27,7 +27,10 @@ def export(source: str | Path, out_dir: str | Path) -> Path:
     Returns:
         ``out_dir``.
     """
-    from kiln.experiments.restore import load_trained_module, resolve_checkpoint  # torch: lazy
+    from kiln.experiments.jobs.trained_model import (  # torch: lazy
+        load_trained_module,
+        resolve_checkpoint,
+    )
 
     checkpoint = resolve_checkpoint(source)
     module, meta = load_trained_module(checkpoint)

@@ -2,9 +2,9 @@
 
 A ratio of two jobs' step times (a speedup, a scaling efficiency) measures the change in
 config only when nothing else changed between them. Each job records its machine
-(:func:`kiln.experiments.job.machine_info`), the load before and after, and a calibration
-(a fixed matmul and copy benchmark) before and after training; :func:`verdict` compares two
-such records and says why the ratio is not a result, if it is not.
+(:func:`kiln.experiments.settings.job_info.machine_info`), the load before and after, and a
+calibration (a fixed matmul and copy benchmark) before and after training; :func:`verdict`
+compares two such records and says why the ratio is not a result, if it is not.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kiln.experiments.job import BENCH, TRAIN
-from kiln.experiments.sweep import scan_sweep
+from kiln.experiments.jobs.sweep_scan import scan_sweep
+from kiln.experiments.settings.job_info import BENCH, TRAIN
 
 
 @dataclass

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln.experiments.job import PLACEMENT_KEYS, identity_overrides, key_in
-from kiln.experiments.repeats import REPEAT_KEY
+from kiln.experiments.settings.job_info import PLACEMENT_KEYS, identity_overrides, key_in
+from kiln.experiments.settings.repeats import REPEAT_KEY
 
 # keys that name, tag or place a job without changing what it computes (runs that differ
 # only in the repeat number are repeats of one configuration)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kiln.experiments.console import fmt
+from kiln.experiments.jobs.console import fmt
 
 
 def columns_of(rows: Sequence[dict[str, Any]], preferred: Sequence[str] | None = None) -> list[str]:

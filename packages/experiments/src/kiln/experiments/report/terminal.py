@@ -10,7 +10,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from kiln.experiments.console import fmt
+from kiln.experiments.jobs.console import fmt
 from kiln.experiments.report.bench import SUITE_COLUMNS, SUMMARY_COLUMNS
 from kiln.experiments.report.compile_issues import COMPILE_ISSUE_COLUMNS
 from kiln.experiments.report.labels import differing_labels

@@ -39,12 +39,12 @@ from kiln.experiments.bench.stats import (
     bootstrap_ratio_interval,
     bootstrap_runs_ratio_interval,
 )
-from kiln.experiments.console import fmt
-from kiln.experiments.job import identity_overrides
-from kiln.experiments.mfu import mfu_fields, mfu_text
+from kiln.experiments.jobs.console import fmt
+from kiln.experiments.jobs.mfu import mfu_fields, mfu_text
+from kiln.experiments.jobs.train_record import TrainRecord
 from kiln.experiments.report.comparable import TRUST_RULE, impossible, verdict
 from kiln.experiments.report.pairing import pair_key, why_unpaired
-from kiln.experiments.train.record import TrainRecord
+from kiln.experiments.settings.job_info import identity_overrides
 
 MIN_MEASURED_STEPS = 20
 """Fewer measured (post-warm-up) steps than this in either run make a ratio noise."""
@@ -89,7 +89,8 @@ _FIELDS = ("model", "precision", "compile_mode", "devices", "accumulate_grad_bat
 _COMPILE_FIELDS = tuple(f for f in _FIELDS if f != "compile_mode")
 _DEVICE_FIELDS = tuple(f for f in _FIELDS if f != "devices")
 _STRATEGY_FIELDS = _FIELDS
-# (the launcher is a placement key, ignored everywhere: kiln.experiments.job.PLACEMENT_KEYS)
+# (the launcher is a placement key, ignored everywhere:
+# kiln.experiments.settings.job_info.PLACEMENT_KEYS)
 
 
 def run_name(record: dict[str, Any]) -> str:

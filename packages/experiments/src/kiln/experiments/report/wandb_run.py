@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kiln.experiments.job import JobInfo
-from kiln.experiments.schema import LoggerConfig
+from kiln.experiments.settings.base import LoggerConfig
+from kiln.experiments.settings.job_info import JobInfo
 from kiln.experiments.tracking.tracker import Tracker
 
 REPORT_DIR = "report"

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kiln.experiments.job import JobInfo
-from kiln.experiments.schema import LoggerConfig
+from kiln.experiments.settings.base import LoggerConfig
+from kiln.experiments.settings.job_info import JobInfo
 
 if TYPE_CHECKING:  # Fabric is imported when a run opens, not when a config error is recorded
     from lightning.fabric.loggers.logger import Logger

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from kiln.experiments.config import run_hydra_app
-from kiln.experiments.fast_exit import end_process
+from kiln.experiments.jobs.fast_exit import end_process
+from kiln.experiments.settings.compose import run_hydra_app
 from kiln.experiments.train.objective import OptimizedMetric, objective_value
-from kiln.experiments.train.schema import register_configs
+from kiln.experiments.train.train_config import register_configs
 
 
 def task(cfg: DictConfig) -> float:
@@ -23,9 +23,9 @@ def task(cfg: DictConfig) -> float:
     non-finite trial returns the worst value (``+inf`` for ``min``, ``-inf`` for ``max``)."""
     # Imported here: --help, --cfg and config errors never reach the task, so they do not
     # pay for Fabric, transformers and timm.
-    from kiln.experiments.console import job_table, show_table
-    from kiln.experiments.job import JobInfo
-    from kiln.experiments.train.runner import run_job
+    from kiln.experiments.jobs.console import job_table, show_table
+    from kiln.experiments.settings.job_info import JobInfo
+    from kiln.experiments.train.train_job import run_job
     from kiln.experiments.train.worker import global_rank
 
     job = JobInfo.from_hydra()

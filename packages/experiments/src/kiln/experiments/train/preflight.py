@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kiln.experiments.build import build_module, seed_before_build
+from kiln.experiments.settings.build import build_module, seed_before_build
 
 if TYPE_CHECKING:
-    from kiln.experiments.train.schema import TrainConfig
+    from kiln.experiments.train.train_config import TrainConfig
 
 
 def check_accelerator(name: str) -> None:

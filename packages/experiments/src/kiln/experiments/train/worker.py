@@ -15,11 +15,11 @@ import os
 import signal
 from typing import TYPE_CHECKING, Any
 
-from kiln.experiments.build import build_module, seed_before_build
+from kiln.experiments.settings.build import build_module, seed_before_build
 from kiln.experiments.train.preflight import check_test_split
 
 if TYPE_CHECKING:
-    from kiln.experiments.train.schema import TrainConfig
+    from kiln.experiments.train.train_config import TrainConfig
 
 
 def global_rank() -> int:
@@ -156,7 +156,7 @@ def _launch(settings: TrainConfig, resolved: dict[str, Any], loggers: list[Any])
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
     from kiln.core import launch
-    from kiln.experiments.lifecycle import Terminated
+    from kiln.experiments.jobs.lifecycle import Terminated
 
     try:
         return launch(train_worker, settings.trainer.devices, settings, resolved, loggers)[0]

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 
-from kiln.experiments.resolvers import register_resolvers
-from kiln.experiments.schema import JobConfig
+from kiln.experiments.settings.base import JobConfig
+from kiln.experiments.settings.resolvers import register_resolvers
 
 
 @dataclass

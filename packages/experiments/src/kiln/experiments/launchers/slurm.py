@@ -7,7 +7,7 @@ slurm_batch`) or as SLURM's own SIGTERM (``PreemptMode=REQUEUE``: SIGTERM to the
 ``GraceTime``, then SIGKILL and a requeue; a job that ended within the grace time is not
 requeued). submitit installs its USR2 handler (checkpoint and requeue) only once it has
 loaded the job's pickle, seconds after the process started, so SLURM runs
-:func:`start_job` in place of submitit's own entry (``python -u -m kiln.experiments.slurm
+:func:`start_job` in place of submitit's own entry (``python -u -m kiln.experiments.launchers.slurm
 -u -m submitit.core._submit <folder>``): its first act defers USR2 and TERM, it adds a
 USR2 the batch shell kept for this attempt, and the job replays them once submitit's
 handler is in place (:func:`replay_deferred_signal`). Later, kiln's loop stops at a step
@@ -82,14 +82,14 @@ def start_job(argv: Sequence[str]) -> None:
     the preemption signal and SIGTERM deferred until submitit's own handler is in place."""
     for signum in (preemption_signal(), signal.SIGTERM):  # first: the imports take seconds
         signal.signal(signum, _defer)
-    from kiln.experiments.slurm_batch import kept_signals
+    from kiln.experiments.launchers.slurm_batch import kept_signals
 
     # after the handler: a signal the batch shell kept is in the file or arrives from now on
     for name in kept_signals():
         if signal.Signals["SIG" + name] == preemption_signal():
             _defer(preemption_signal(), None)
     if not argv:
-        raise SystemExit("usage: python -m kiln.experiments.slurm ... <submitit folder>")
+        raise SystemExit("usage: python -m kiln.experiments.launchers.slurm ... <submitit folder>")
     from submitit.core.submission import process_job
 
     process_job(argv[-1])
@@ -307,6 +307,6 @@ def wait_for_results(jobs: Sequence[Any], names: Sequence[str]) -> list[Any]:
 if __name__ == "__main__":
     # the job's first act; through this module's import name, which the launcher's job
     # side reads the deferred signal from (this file runs as __main__, a second copy)
-    from kiln.experiments import slurm
+    from kiln.experiments.launchers import slurm
 
     slurm.start_job(sys.argv[1:])

@@ -2,8 +2,8 @@
 
 A job directory is one that holds a job record (``summary.json``, ``bench.json``) or a
 Hydra job's ``.hydra/config.yaml`` (a job that died before writing its record). The
-end-of-sweep check (:mod:`kiln.experiments.hydra_callbacks`) and ``kiln-report`` both read a
-sweep through :func:`scan_sweep`, so both see the same jobs.
+end-of-sweep check (:mod:`kiln.experiments.jobs.hydra_callbacks`) and ``kiln-report``
+both read a sweep through :func:`scan_sweep`, so both see the same jobs.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kiln.experiments.job import RECORD_KINDS
+from kiln.experiments.settings.job_info import RECORD_KINDS
 
 
 @dataclass

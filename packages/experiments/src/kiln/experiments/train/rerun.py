@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.core.config import check_global_batch
-from kiln.experiments.job import TRAIN, write_job_json
+from kiln.experiments.settings.job_info import TRAIN, write_job_json
 
 ATTEMPTS_FILE = "attempts.json"
 

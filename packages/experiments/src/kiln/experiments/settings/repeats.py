@@ -8,5 +8,5 @@ The interleaving is Hydra's basic sweeper with the ``repeat`` key moved first
 
 REPEAT_KEY = "repeat"
 """The config key that numbers a configuration's repeats
-(:attr:`kiln.experiments.schema.JobConfig.repeat`): runs that differ only in it are repeats
+(:attr:`kiln.experiments.settings.base.JobConfig.repeat`): runs that differ only in it are repeats
 of one configuration."""

@@ -1,7 +1,7 @@
 """The config dataclasses every kiln job shares: paths, logger, and the base of a job's config.
 
-``kiln-train``'s :class:`~kiln.experiments.train.schema.TrainConfig` and ``kiln-bench``'s
-:class:`~kiln.experiments.bench.schema.BenchConfig` extend :class:`JobConfig`, so a field
+``kiln-train``'s :class:`~kiln.experiments.train.train_config.TrainConfig` and ``kiln-bench``'s
+:class:`~kiln.experiments.bench.bench_config.BenchConfig` extend :class:`JobConfig`, so a field
 both read is declared (and documented) once.
 """
 
@@ -94,7 +94,7 @@ class JobConfig:
     repeat: int = 0
     """Which repeat of its configuration this job is: ``-m compile=none,default
     repeat=range(3)`` runs each configuration 3 times, interleaved (A B A B A B, whatever
-    the order on the command line: :mod:`kiln.experiments.repeats`); kiln-report pools a
+    the order on the command line: :mod:`kiln.experiments.settings.repeats`); kiln-report pools a
     configuration's repeats and bootstraps across them."""
     plugins: list[str] = field(default_factory=list)
     """Modules (or ``module:callable``) to import before the model is built, in every

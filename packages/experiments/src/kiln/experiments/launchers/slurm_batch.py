@@ -7,7 +7,7 @@ kiln's launcher puts :func:`batch_setup`'s lines first in every batch script: th
 and TERM, run the job step (submitit's ``srun`` line) in the background while the shell
 waits, and pass a signal to the step's tasks (``scancel --signal``: the steps, not this
 shell). A USR2 is also written to the job's signal file (:data:`SIGNAL_FILE_ENV`), which
-every task reads once its handler is in place (:func:`kiln.experiments.slurm.start_job`):
+every task reads once its handler is in place (:func:`kiln.experiments.launchers.slurm.start_job`):
 a USR2 that came before the step existed, or while a task's interpreter started, is kept
 for it. Each task starts with USR2 and TERM ignored (:func:`task_command`) until then, so
 such a signal never kills it.
@@ -25,7 +25,7 @@ SIGNAL_FILE_ENV = "KILN_SLURM_SIGNAL_FILE"
 
 # ${kiln_id}: submitit's name for the job's folder (%j: <job id>, or <array id>_<index>)
 _SHELL = r"""
-# kiln (kiln.experiments.slurm_batch): a USR2 or TERM to this shell goes to the job step
+# kiln (kiln.experiments.launchers.slurm_batch): a USR2 or TERM to this shell goes to the job step
 kiln_id=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}
 kiln_id=${kiln_id:-$SLURM_JOB_ID}
 export KILN_SLURM_SIGNAL_FILE=@FOLDER@/${kiln_id}_kiln_signal
@@ -87,9 +87,10 @@ def batch_setup(submitit_folder: str, preempt_signal: str = "USR2") -> list[str]
 
 def task_command(python: str = sys.executable) -> str:
     """What ``srun`` starts in place of ``python``: the interpreter, with USR2 and TERM
-    ignored until :func:`kiln.experiments.slurm.start_job` handles them (an ignored signal
+    ignored until :func:`kiln.experiments.launchers.slurm.start_job` handles them (an ignored signal
     is kept across ``exec``; a USR2 in that moment is in the signal file)."""
-    return f"/bin/sh -c {shlex.quote(_IGNORING)} {shlex.quote(python)} -u -m kiln.experiments.slurm"
+    module = "kiln.experiments.launchers.slurm"
+    return f"/bin/sh -c {shlex.quote(_IGNORING)} {shlex.quote(python)} -u -m {module}"
 
 
 def kept_signals() -> list[str]:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kiln.experiments.schema import JobConfig
+    from kiln.experiments.settings.base import JobConfig
 
 
 def build_module(cfg: JobConfig | Mapping[str, Any]) -> Any:

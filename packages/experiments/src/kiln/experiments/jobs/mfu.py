@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln.experiments.train.record import TrainRecord
+from kiln.experiments.jobs.train_record import TrainRecord
 
 
 def _on_cpu(record: TrainRecord) -> bool:

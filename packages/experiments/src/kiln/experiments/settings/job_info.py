@@ -140,7 +140,7 @@ def machine_info() -> dict[str, Any]:
     """The machine a job runs on: :func:`kiln.core.telemetry.machine.describe_machine` (host,
     CPU, GPUs, versions, SLURM job) plus ``device`` (the first GPU's name, or ``cpu``) and
     ``device_count`` as torch sees them (``CUDA_VISIBLE_DEVICES`` applied). The job adds its
-    load and calibration (:meth:`kiln.experiments.lifecycle.Lifecycle.measured`)."""
+    load and calibration (:meth:`kiln.experiments.jobs.lifecycle.Lifecycle.measured`)."""
     import torch
 
     from kiln.core.telemetry.machine import describe_machine

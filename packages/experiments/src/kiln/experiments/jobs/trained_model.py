@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kiln.experiments.job import TRAIN
+from kiln.experiments.settings.job_info import TRAIN
 
 EXPORT_FILE = "kiln_export.json"
 """What a kiln-export came from (checkpoint, step, run config), beside the library's files."""
@@ -76,7 +76,7 @@ def load_trained_module(checkpoint: str | Path) -> tuple[Any, dict[str, Any]]:
 
     from kiln.core.checkpoints.checkpoint import read_checkpoint_meta
     from kiln.core.checkpoints.sharded import load_sharded_weights
-    from kiln.experiments.build import build_module, seed_before_build
+    from kiln.experiments.settings.build import build_module, seed_before_build
 
     path = Path(checkpoint)
     meta = read_checkpoint_meta(path)
@@ -107,7 +107,7 @@ def load_exported_module(export_dir: str | Path) -> tuple[Any, dict[str, Any]]:
     Raises:
         FileNotFoundError: ``export_dir`` has no ``kiln_export.json``.
     """
-    from kiln.experiments.build import build_module, seed_before_build
+    from kiln.experiments.settings.build import build_module, seed_before_build
 
     record_file = Path(export_dir) / EXPORT_FILE
     if not record_file.is_file():

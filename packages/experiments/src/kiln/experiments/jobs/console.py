@@ -10,12 +10,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kiln.experiments.job import RECORD_KINDS, STOPPED
-from kiln.experiments.mfu import mfu_fields, mfu_text
-from kiln.experiments.train.record import TrainRecord
+from kiln.experiments.jobs.mfu import mfu_fields, mfu_text
+from kiln.experiments.jobs.train_record import TrainRecord
+from kiln.experiments.settings.job_info import RECORD_KINDS, STOPPED
 
 if TYPE_CHECKING:
-    from kiln.experiments.sweep import SweepJob
+    from kiln.experiments.jobs.sweep_scan import SweepJob
 
 _TELEMETRY_UNITS = {
     "compile_time_s": "s",

@@ -16,8 +16,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from kiln.core import CompileConfig
-from kiln.experiments.resolvers import register_resolvers
-from kiln.experiments.schema import JobConfig, check_known_keys
+from kiln.experiments.settings.base import JobConfig, check_known_keys
+from kiln.experiments.settings.resolvers import register_resolvers
 from kiln.experiments.train.objective import OptimizedMetric
 
 COMPILE_CACHE_DIR = "${paths.log_dir}/inductor_cache"

@@ -19,9 +19,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from kiln.experiments.console import show_table, sweep_table
-from kiln.experiments.job import FAILED_STATUSES, STOPPED
-from kiln.experiments.sweep import scan_sweep
+from kiln.experiments.jobs.console import show_table, sweep_table
+from kiln.experiments.jobs.sweep_scan import scan_sweep
+from kiln.experiments.settings.job_info import FAILED_STATUSES, STOPPED
 
 
 class StudyDirection(Callback):
@@ -36,7 +36,7 @@ class StudyDirection(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from omegaconf import OmegaConf
 
-        from kiln.experiments.resolvers import DIRECTIONS, study_direction
+        from kiln.experiments.settings.resolvers import DIRECTIONS, study_direction
 
         direction = OmegaConf.select(config, "hydra.sweeper.direction", default=None)
         mode = OmegaConf.select(config, "optimized_metric.mode", default=None)

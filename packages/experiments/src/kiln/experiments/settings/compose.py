@@ -24,7 +24,7 @@ def config_dir() -> str:
         FileNotFoundError: The folder holds no ``train.yaml``.
     """
     custom = os.environ.get(CONFIG_DIR_ENV)
-    candidate = Path(custom) if custom else Path(__file__).resolve().parent / "configs"
+    candidate = Path(custom) if custom else Path(__file__).resolve().parent.parent / "configs"
     if not (candidate / "train.yaml").is_file():
         where = f"${CONFIG_DIR_ENV}={custom}" if custom else "the kiln-experiments package"
         raise FileNotFoundError(
@@ -50,11 +50,11 @@ def run_hydra_app(task: Callable[[Any], Any], config_name: str, register: Callab
 
     import hydra
 
-    from kiln.experiments.plugin_configs import missing_model_hint
-    from kiln.experiments.startup_gc import collection_held
+    from kiln.experiments.settings.plugin_configs import missing_model_hint
+    from kiln.experiments.settings.startup_gc import collection_held
     from kiln.models.plugins import load_plugins
 
-    with collection_held():  # until a job's measured work (kiln.experiments.startup_gc)
+    with collection_held():  # until a job's measured work (kiln.experiments.settings.startup_gc)
         load_plugins()
         register()
         hint = missing_model_hint(sys.argv[1:], config_dir())

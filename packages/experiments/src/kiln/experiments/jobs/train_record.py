@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
-
-if TYPE_CHECKING:
-    from kiln.experiments.train.schema import TrainConfig
+from typing import Any, ClassVar
 
 FROM_FIT = {"from_fit": True}
 """The metadata of a field ``fit`` fills: copied from its result (``kiln.core.FitResult`` plus
@@ -40,7 +37,7 @@ def _lookup(cfg: Any, key: str) -> Any:
 class TrainRecord:
     """One kiln-train job's ``summary.json``."""
 
-    # who the job is (kiln.experiments.job.JobInfo.record)
+    # who the job is (kiln.experiments.settings.job_info.JobInfo.record)
     kind: str = "train"
     status: str = "failed"
     """``ok``, ``failed``, ``stopped`` (SIGTERM or Ctrl-C stopped it at a step boundary, with
@@ -125,7 +122,7 @@ class TrainRecord:
     """The plain entries of the record the W&B run's summary holds."""
 
     @classmethod
-    def config_fields(cls, cfg: TrainConfig | Any) -> dict[str, Any]:
+    def config_fields(cls, cfg: Any) -> dict[str, Any]:
         """The record's entries the job's config decides (:attr:`CONFIG_KEYS`, and
         ``devices`` over all nodes).
 

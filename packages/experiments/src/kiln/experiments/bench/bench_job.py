@@ -6,14 +6,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from kiln.experiments.bench.bench_config import BenchConfig
 from kiln.experiments.bench.fields import SUMMARY_KEYS
-from kiln.experiments.bench.schema import BenchConfig
-from kiln.experiments.bench.suite_lists import is_suite_model
-from kiln.experiments.build import build_module, model_label
-from kiln.experiments.job import BENCH, JobInfo
-from kiln.experiments.lifecycle import Lifecycle
-from kiln.experiments.schema import check_known_keys
-from kiln.experiments.trace import compile_trace, log_trace
+from kiln.experiments.jobs.compile_trace import compile_trace, log_trace
+from kiln.experiments.jobs.lifecycle import Lifecycle
+from kiln.experiments.settings.base import check_known_keys
+from kiln.experiments.settings.build import build_module, model_label
+from kiln.experiments.settings.job_info import BENCH, JobInfo
+from kiln.experiments.settings.suite_lists import is_suite_model
 from kiln.experiments.tracking.summary import wandb_summary
 from kiln.experiments.tracking.tags import run_tags
 from kiln.experiments.tracking.tracker import Tracker, import_early

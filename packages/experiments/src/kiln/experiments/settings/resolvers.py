@@ -11,7 +11,7 @@
 metric it says it optimizes (``configs/hparams_search``).
 
 ``${kiln_pt2_models:hf}`` (or ``:timm``) is the names of PyTorch's benchmark list for that
-suite as one Hydra sweep value (:func:`kiln.experiments.bench.suite_lists.sweep_values`): the
+suite as one Hydra sweep value (:func:`kiln.experiments.settings.suite_lists.sweep_values`): the
 ``pt2_hf``/``pt2_timm`` sweep presets sweep ``model.arch`` over it, so the list lives in one file.
 """
 
@@ -70,6 +70,6 @@ def register_resolvers() -> None:
     if not OmegaConf.has_resolver("kiln_direction"):
         OmegaConf.register_new_resolver("kiln_direction", study_direction)
     if not OmegaConf.has_resolver("kiln_pt2_models"):
-        from kiln.experiments.bench.suite_lists import sweep_values
+        from kiln.experiments.settings.suite_lists import sweep_values
 
         OmegaConf.register_new_resolver("kiln_pt2_models", sweep_values)

@@ -5,20 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kiln.experiments.job import STOPPED, TRAIN, JobInfo
-from kiln.experiments.lifecycle import Lifecycle, Requeued, Terminated
-from kiln.experiments.stages import stage
-from kiln.experiments.trace import compile_trace, log_trace
+from kiln.experiments.jobs.compile_trace import compile_trace, log_trace
+from kiln.experiments.jobs.lifecycle import Lifecycle, Requeued, Terminated
+from kiln.experiments.jobs.stages import stage
+from kiln.experiments.jobs.train_record import TrainRecord
+from kiln.experiments.settings.job_info import STOPPED, TRAIN, JobInfo
 from kiln.experiments.tracking.summary import wandb_summary
 from kiln.experiments.tracking.tags import run_tags
 from kiln.experiments.tracking.tracker import import_early
-from kiln.experiments.train import preflight
-from kiln.experiments.train import resume as job_resume
-from kiln.experiments.train.record import TrainRecord
+from kiln.experiments.train import preflight, rerun
 from kiln.experiments.train.worker import global_rank, in_process, train
 
 if TYPE_CHECKING:
-    from kiln.experiments.train.schema import TrainConfig
+    from kiln.experiments.train.train_config import TrainConfig
 
 SUMMARY_FILE = TRAIN.file
 
@@ -60,7 +59,7 @@ def end_after_signal(signal_name: str, record: dict[str, Any]) -> None:
     (``run_job`` requeues once ``record`` and the W&B run are finished)."""
     import signal
 
-    from kiln.experiments.slurm import preempted
+    from kiln.experiments.launchers.slurm import preempted
 
     signum = signal.Signals[signal_name]
     if not callable(signal.getsignal(signum)):
@@ -82,8 +81,8 @@ def _requeue(job: JobInfo, requeued: Requeued) -> dict[str, Any]:
     import signal
 
     from kiln.core.loop.stop import hand_over
-    from kiln.experiments.job import write_job_json
-    from kiln.experiments.lifecycle import one_line_reason
+    from kiln.experiments.jobs.lifecycle import one_line_reason
+    from kiln.experiments.settings.job_info import write_job_json
 
     # a requeue makes SLURM send SIGTERM to the job at once: nothing is left to record
     signal.signal(signal.SIGTERM, lambda *_: None)
@@ -106,7 +105,7 @@ def _already_done(cfg: Any, job: JobInfo) -> dict[str, Any] | None:
         resolved = OmegaConf.to_container(cfg, resolve=True)
     except Exception:
         return None
-    return job_resume.finished_record(job.output_dir, resolved)  # type: ignore[arg-type]
+    return rerun.finished_record(job.output_dir, resolved)  # type: ignore[arg-type]
 
 
 def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
@@ -130,7 +129,7 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
     """
     from contextlib import nullcontext
 
-    from kiln.experiments.joblock import JobDirBusyError, job_dir_lock
+    from kiln.experiments.jobs.lock import JobDirBusyError, job_dir_lock
 
     try:  # the job's one writer holds its directory (released by the OS however it ends)
         with job_dir_lock(job.output_dir) if global_rank() == 0 else nullcontext():
@@ -159,10 +158,10 @@ def _checked_config(
 
     from kiln.core.checkpoints.rundir import check_writable
     from kiln.core.distributed.threads import apply_threads_per_rank
-    from kiln.experiments.train.schema import validate
+    from kiln.experiments.train.train_config import validate
 
     if OmegaConf.select(cfg, "trainer.checkpoint_dir") is None:
-        job_resume.check_resume_without_dir(OmegaConf.select(cfg, "trainer.resume"))
+        rerun.check_resume_without_dir(OmegaConf.select(cfg, "trainer.resume"))
         cfg.trainer.resume = None  # checkpoint_dir=null turns checkpoints off
     resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     life.record["config"] = resolved
@@ -178,11 +177,11 @@ def _checked_config(
     trainer = settings.trainer
     if trainer.checkpoint_dir is not None:
         check_writable(trainer.checkpoint_dir)
-    from_step, checkpoint = job_resume.check_resume(resolved)
+    from_step, checkpoint = rerun.check_resume(resolved)
     if attempts:  # written now: a SIGKILLed attempt leaves no end to say it
-        job_resume.set_from_step(job.output_dir, attempts, from_step)
-    job_resume.check_steps_left(from_step, checkpoint, trainer.max_steps)
-    job_resume.check_claim(resolved, checkpoint)
+        rerun.set_from_step(job.output_dir, attempts, from_step)
+    rerun.check_steps_left(from_step, checkpoint, trainer.max_steps)
+    rerun.check_claim(resolved, checkpoint)
     preflight.check_accelerator(trainer.accelerator)
     preflight.check_worker_processes(trainer)
     preflight.warn_about_schedule(settings)
@@ -227,7 +226,7 @@ def _record_attempt(
             step = TrainRecord.from_json(life.kept).global_step
     elif end == "failed":  # kept once a later attempt ends ok (a lost node's name)
         details = {"error": life.record.get("error")}
-    job_resume.end_attempt(job.output_dir, attempts, end, step, **details)
+    rerun.end_attempt(job.output_dir, attempts, end, step, **details)
     life.record["attempts"] = attempts
 
 
@@ -252,7 +251,7 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
         on_exit=record_attempt,
     ) as life:
         if life.writer:  # first: a refused attempt is listed too
-            attempts.extend(job_resume.begin_attempt(job.output_dir))
+            attempts.extend(rerun.begin_attempt(job.output_dir))
         with stage("config"):
             settings, resolved, checkpoint, from_step = _checked_config(cfg, job, life, attempts)
             trainer = settings.trainer
@@ -299,7 +298,7 @@ def _train(
     )
     life.track(settings.logger, config=resolved, tags=tags, resume=True)
     if life.tracker is not None and checkpoint is not None:
-        job_resume.backfill(life.loggers, checkpoint, life.tracker.logged_through)
+        rerun.backfill(life.loggers, checkpoint, life.tracker.logged_through)
     with life.measured(trainer.accelerator, trainer.precision):
         with compile_trace(settings.compile.trace, job.output_dir) as trace:
             result = train(settings, resolved, life.loggers, module)

@@ -37,10 +37,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from kiln.experiments.job import STOPPED, JobInfo, RecordKind, machine_info, write_job_json
-from kiln.experiments.schema import LoggerConfig
-from kiln.experiments.stages import stage_of
-from kiln.experiments.startup_gc import startup_frozen
+from kiln.experiments.jobs.stages import stage_of
+from kiln.experiments.settings.base import LoggerConfig
+from kiln.experiments.settings.job_info import (
+    STOPPED,
+    JobInfo,
+    RecordKind,
+    machine_info,
+    write_job_json,
+)
+from kiln.experiments.settings.startup_gc import startup_frozen
 from kiln.experiments.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -131,7 +137,8 @@ class Lifecycle:
 
     Args:
         job: The job's identity.
-        kind: Which record the job writes (:data:`~kiln.experiments.job.TRAIN`, ``BENCH``).
+        kind: Which record the job writes
+            (:data:`~kiln.experiments.settings.job_info.TRAIN`, ``BENCH``).
         fields: The kind's own fields of the record, added to the job's skeleton.
         writer: Whether this process tracks and writes (global rank 0 of a multi-process job).
         summarize: The tracker's final summary, made from the record once the work ended.
@@ -218,7 +225,8 @@ class Lifecycle:
         at its precision, with the load of other work while it ran) just before and just
         after, into ``record["machine"]`` (``load_start``/``load_end``,
         ``calibration_before``/``calibration_after``) and the W&B run's config. What start-up
-        built is frozen out of garbage collection first (:mod:`kiln.experiments.startup_gc`)."""
+        built is frozen out of garbage collection first
+        (:mod:`kiln.experiments.settings.startup_gc`)."""
         with startup_frozen():
             if not self.writer:  # one record: rank 0 measures its own device
                 yield

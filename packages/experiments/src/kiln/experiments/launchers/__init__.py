@@ -1,0 +1,1 @@
+"""SLURM: preemption, requeue, the batch shell's part."""

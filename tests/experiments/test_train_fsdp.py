@@ -1,4 +1,4 @@
-"""``kiln-train ... trainer.strategy=fsdp``: the command of issue 17 trains on 2 gloo
+"""``kiln-train ... trainer.strategy=fsdp``: trains on 2 gloo
 processes and writes sharded checkpoints, which kiln-export turns into one HF directory
 and kiln-eval evaluates, each in a single process."""
 

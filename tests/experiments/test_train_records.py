@@ -1,4 +1,4 @@
-"""Nothing a user types destroys a job's record (issue 16): an explicit resume is checked like
+"""Nothing a user types destroys a job's record: an explicit resume is checked like
 ``resume=auto``, a refused attempt leaves a finished job untouched, a job dir has one writer,
 a lost run.json is rebuilt from verified checkpoints, another job's checkpoint starts a run
 of its own, a full disk costs no checkpoint, and inputs kiln refuses open no W&B run."""

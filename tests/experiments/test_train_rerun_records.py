@@ -1,4 +1,4 @@
-"""A finished job's record survives what a re-run into its directory can do (issue 28, 3):
+"""A finished job's record survives what a re-run into its directory can do:
 fewer steps are refused in the config stage, an attempt with nothing to train changes no
 figure, a damaged newest checkpoint is taken out of the run (the attempt records the step it
 really started from, retention keeps the intact one), and resume inputs that name no

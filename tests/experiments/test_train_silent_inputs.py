@@ -1,4 +1,4 @@
-"""Inputs kiln once took without a word (issue 28, 3) fail in the config stage naming what was
+"""Inputs that could pass without a word fail in the config stage naming what was
 wrong and what is valid, before any W&B run (a warm-up longer than the run only warns);
 ``summary.json`` says which step ``best.ckpt`` holds."""
 

@@ -1,4 +1,4 @@
-"""Validation rows a SIGKILLed attempt logged survive it (issue 28, 3): they are carried in the
+"""Validation rows a SIGKILLed attempt logged survive it: they are carried in the
 checkpoints and in ``summary.json`` (``validation_history``), and a resumed job logs the
 ones its W&B run lacks, so the run ends with every validation point exactly once."""
 

@@ -104,7 +104,7 @@ def _own_mapped_weights(model: torch.nn.Module) -> None:
 
     ``from_pretrained`` leaves a safetensors checkpoint's weights as views of its file
     mapping (private, copy-on-write): the first optimizer step would fault its pages in one
-    by one (0.3 s for MiniLM's 90 MB on the CPU, against 0.03 s for one copy here). Weights
+    by one, which costs several times one copy. Weights
     of another dtype are copied by the conversion to fp32 (Fabric's precision plugin casts).
     """
     mapped = {id(param): param.data_ptr() for param in model.parameters()}

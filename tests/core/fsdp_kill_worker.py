@@ -13,18 +13,21 @@ from kiln.core import launch
 
 
 def killed_run(root: Path, step: int) -> None:
-    from kiln.core.checkpoints import checkpoint
+    import torch.distributed as dist
 
-    write = checkpoint._write_sharded  # writes the staged directory a save renames into place
+    from kiln.core.checkpoints import save
 
-    def write_then_die(fabric, temp, final, state):
-        problem = write(fabric, temp, final, state)
-        if f"step-{step:08d}" in temp.name:
-            fabric.barrier()  # every rank's shards are on disk
+    write = save.async_save  # writes the staged directory a save renames into place
+
+    def write_then_die(state, *, checkpoint_id, **kw):
+        written = write(state, checkpoint_id=checkpoint_id, **kw)
+        if f"step-{step:08d}" in Path(checkpoint_id).name:
+            written.result()
+            dist.barrier()  # every rank's shards are on disk
             os.kill(os.getpid(), signal.SIGKILL)
-        return problem
+        return written
 
-    checkpoint._write_sharded = write_then_die  # this worker process only
+    save.async_save = write_then_die  # this worker process only
     sharded_run(root, STEPS)
 
 

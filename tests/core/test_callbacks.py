@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from checkpoint_files import saved_state
 from toy import ToyTokenModule, count_loads, weights
 from trainers import trainer_config
 
@@ -43,7 +45,8 @@ def test_callbacks_get_a_fit_handle_and_its_old_name_warns() -> None:
 
 
 def load(path: Path) -> dict:
-    return torch.load(path, weights_only=True)  # callback state stays weights_only-loadable
+    """A checkpoint's whole state (callback state: in meta.pt, weights_only-loadable)."""
+    return saved_state(path, Path(tempfile.mkdtemp()))
 
 
 # -- EMA ----------------------------------------------------------------------------------

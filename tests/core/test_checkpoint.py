@@ -1,20 +1,20 @@
 import random
+import shutil
 
 import numpy as np
 import pytest
 import torch
+from checkpoint_files import flip_a_byte, truncate
 from lightning.fabric import Fabric
 from torch import nn
+from torch.distributed.checkpoint.filesystem import FileSystemReader
 
-from kiln.core.checkpoints import checkpoint as ckpt
-from kiln.core.checkpoints.checkpoint import (
-    capture_rng_state,
-    checkpoint_path,
-    find_latest_checkpoint,
-    load_checkpoint,
-    restore_rng_state,
-    save_checkpoint,
-)
+from kiln.core import atomic
+from kiln.core.checkpoints import checksum
+from kiln.core.checkpoints.load import load_checkpoint
+from kiln.core.checkpoints.lookup import checkpoint_path, damage, find_latest_checkpoint
+from kiln.core.checkpoints.rng import capture_rng_state, restore_rng_state
+from kiln.core.checkpoints.save import save_checkpoint
 
 
 class Net(nn.Module):
@@ -52,7 +52,8 @@ def _train_step(fabric: Fabric, model, optimizer) -> None:
 
 
 def _saved_model_keys(path) -> list[str]:
-    return list(torch.load(path, weights_only=True)["model"].keys())
+    saved = FileSystemReader(path).read_metadata().state_dict_metadata
+    return [k.removeprefix("model.") for k in saved if k.startswith("model.")]
 
 
 def test_checkpoint_path_names_by_step(tmp_path):
@@ -92,11 +93,11 @@ def test_crash_between_write_and_rename_keeps_previous_checkpoint(fabric, tmp_pa
         raise OSError("simulated crash before the rename")
 
     with monkeypatch.context() as patch:
-        patch.setattr(ckpt.os, "replace", crash)
+        patch.setattr(atomic.os, "replace", crash)
         with pytest.raises(OSError, match="simulated crash"):
             save_checkpoint(fabric, tmp_path, 2, state, keep_last_k=3)
     temp = tmp_path / "step-00000002.ckpt.tmp"
-    assert temp.is_file()  # the full write happened, only the rename did not
+    assert temp.is_dir()  # the full write happened, only the rename did not
     assert not checkpoint_path(tmp_path, 2).exists()
     assert find_latest_checkpoint(tmp_path) == first
 
@@ -110,11 +111,10 @@ def test_find_latest_skips_truncated_files_and_orders_by_step(fabric, tmp_path):
     model, _ = _setup(fabric, Net())
     good = save_checkpoint(fabric, tmp_path, 9, {"model": model}, keep_last_k=5)
     save_checkpoint(fabric, tmp_path, 10, {"model": model}, keep_last_k=5)
-    # step 100 sorts after step 10 numerically, and is truncated
-    newest = checkpoint_path(tmp_path, 10).read_bytes()
-    checkpoint_path(tmp_path, 100).write_bytes(newest[: len(newest) // 2])
-    checkpoint_path(tmp_path, 10).write_bytes(b"")
-    (tmp_path / "step-00000200.ckpt.tmp").write_bytes(newest)
+    # step 100 sorts after step 10 numerically; step 10 is truncated
+    shutil.copytree(checkpoint_path(tmp_path, 10), checkpoint_path(tmp_path, 100))
+    shutil.copytree(checkpoint_path(tmp_path, 10), tmp_path / "step-00000200.ckpt.tmp")
+    truncate(checkpoint_path(tmp_path, 10))
     with pytest.warns(UserWarning, match="damaged checkpoint .*step-00000010.ckpt"):
         assert find_latest_checkpoint(tmp_path) == good  # step 100 is no file this run wrote
 
@@ -157,7 +157,7 @@ def test_bare_and_nested_compiled_modules_save_without_prefix(fabric, tmp_path):
     bare = torch.compile(Net(), backend="aot_eager")
     for name, module in (("nested", nested), ("bare", bare)):
         path = save_checkpoint(fabric, tmp_path / name, 1, {"model": module}, 1)
-        assert _saved_model_keys(path) == list(Net().state_dict()), name
+        assert sorted(_saved_model_keys(path)) == sorted(Net().state_dict()), name
         assert any("_orig_mod" in k for k in module.state_dict()), "hook must be removed"
         # and the prefix-free checkpoint loads back into the compiled module
         load_checkpoint(fabric, path, {"model": module})
@@ -185,7 +185,7 @@ def test_mismatched_model_fails_with_clear_message(fabric, tmp_path):
     assert "unexpected keys: encoder.weight, encoder.bias" in message
 
     wider, _ = _setup(fabric, Net(width=8))
-    with pytest.raises(RuntimeError, match=rf"(?s){path}.*size mismatch"):
+    with pytest.raises(RuntimeError, match=rf"(?si){path}.*size mismatch"):
         load_checkpoint(fabric, path, {"model": wider})
     with pytest.raises(KeyError, match="has no \\['scheduler'\\]"):
         load_checkpoint(fabric, path, {"model": Net(), "scheduler": object()})
@@ -221,14 +221,12 @@ def test_rng_state_survives_checkpoint(fabric, tmp_path):
     restore_rng_state(rng)
     assert _draws() == first
     # the checkpoint is plain tensors and values
-    assert len(torch.load(path, weights_only=True)["rng"]) == 1
+    assert len(torch.load(path / "meta.pt", weights_only=True)["rng"]) == 1
 
 
 def test_run_json_records_the_checksum_of_each_file_on_disk(fabric, tmp_path):
-    """The checksum is taken of the bytes as written (hashed while they are written): it is
-    the XXH3-128 of the file that was renamed into place, for step and named checkpoints."""
-    import hashlib
-
+    """The checksum is the XXH3-128 of the checkpoint renamed into place (each file's path
+    and bytes, in path order), for step and named checkpoints."""
     import xxhash
 
     from kiln.core.checkpoints.rundir import read_run_file
@@ -242,8 +240,10 @@ def test_run_json_records_the_checksum_of_each_file_on_disk(fabric, tmp_path):
     best = save_checkpoint(fabric, tmp_path, 2, state, keep_last_k=2, name="best.ckpt")
 
     def on_disk(path):
-        with open(path, "rb") as handle:
-            return "xxh3_128:" + hashlib.file_digest(handle, xxhash.xxh3_128).hexdigest()
+        hasher = xxhash.xxh3_128()
+        for file in sorted(p for p in path.rglob("*") if p.is_file()):
+            hasher.update(str(file.relative_to(path)).encode() + b"\0" + file.read_bytes())
+        return "xxh3_128:" + hasher.hexdigest()
 
     recorded = read_run_file(tmp_path)
     assert recorded.checkpoints == {first.name: on_disk(first), second.name: on_disk(second)}
@@ -255,7 +255,6 @@ def test_a_run_directory_of_an_earlier_release_keeps_resuming_on_its_sha256(fabr
     """run.json files written before XXH3 hold bare sha256 digests: an intact checkpoint
     still passes, a changed one is still named damaged, and the next save records XXH3."""
     import dataclasses
-    import hashlib
 
     from kiln.core.checkpoints.rundir import read_run_file, write_run_file
 
@@ -263,17 +262,17 @@ def test_a_run_directory_of_an_earlier_release_keeps_resuming_on_its_sha256(fabr
     state = {"model": model, "optimizer": optimizer}
     _train_step(fabric, model, optimizer)
     first = save_checkpoint(fabric, tmp_path, 1, state, keep_last_k=3)
-    legacy = hashlib.sha256(first.read_bytes()).hexdigest()
+    legacy = checksum.checksum_of(first, "sha256")
+    assert legacy == checksum.checksum_of(first, "sha256") and ":" not in legacy
     write_run_file(
         tmp_path, dataclasses.replace(read_run_file(tmp_path), checkpoints={first.name: legacy})
     )
-    assert ckpt.damage(first) is None
+    assert damage(first) is None
     assert find_latest_checkpoint(tmp_path) == first
     _train_step(fabric, model, optimizer)
     second = save_checkpoint(fabric, tmp_path, 2, state, keep_last_k=3)
     recorded = read_run_file(tmp_path).checkpoints
     assert recorded[first.name] == legacy and recorded[second.name].startswith("xxh3_128:")
-    data = bytearray(first.read_bytes())
-    data[len(data) // 2] ^= 0xFF  # a byte of tensor data: the zip still opens
-    first.write_bytes(bytes(data))
-    assert "its checksum does not match" in ckpt.damage(first)
+    flip_a_byte(first)  # a byte of tensor data, with checksums.json taken anew: only
+    checksum.write_checksums(first)  # run.json's sha256 can tell
+    assert "its checksum does not match" in damage(first)

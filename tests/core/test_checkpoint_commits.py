@@ -1,5 +1,5 @@
-"""The loop's periodic checkpoints are fsynced, renamed and recorded in a thread while training
-goes on: the run does not wait for the disk, yet each checkpoint is in place (and recorded)
+"""The loop's periodic checkpoints are written, fsynced, renamed and recorded in a thread while
+training goes on: the run does not wait for the disk, yet each checkpoint is in place (and recorded)
 before the next save, when ``fit`` returns, and when an error leaves it; a sync that fails
 there fails the run naming the file, with the earlier checkpoints intact."""
 
@@ -15,9 +15,9 @@ import torch
 from toy import ToyTokenModule
 from trainers import trainer_config
 
-import kiln.core.checkpoints.checkpoint as checkpoint_module
+import kiln.core.checkpoints.save as checkpoint_module
 from kiln.core import fit
-from kiln.core.checkpoints.checkpoint import damage
+from kiln.core.checkpoints.lookup import damage
 from kiln.core.checkpoints.rundir import CheckpointWriteError, read_run_file
 
 MODULE_KW = dict(n=24, batch_size=2, shuffle=True, dropout=0.2, momentum=0.9)
@@ -82,7 +82,7 @@ def test_training_goes_on_while_a_checkpoint_is_written_and_fit_returns_it_in_pl
     ]
     for name in recorded.checkpoints:
         assert damage(ckpt / name) is None  # whole, and the bytes its checksum says
-    saved = torch.load(ckpt / "step-00000002.ckpt", weights_only=True)
+    saved = torch.load(ckpt / "step-00000002.ckpt" / "meta.pt", weights_only=True)
     assert saved["global_step"] == 2  # the state of step 2, not of a later step
 
 
@@ -100,7 +100,7 @@ def test_a_sync_that_fails_in_the_background_fails_the_run_naming_it(tmp_path, m
     ckpt = tmp_path / "ckpt"
     message = str(caught.value)
     assert f"could not write checkpoint {ckpt / 'step-00000004.ckpt'} (Input/output" in message
-    assert "no partial file is left and the earlier checkpoints are intact" in message
+    assert "no partial checkpoint is left and the earlier checkpoints are intact" in message
     assert sorted(p.name for p in ckpt.iterdir()) == ["run.json", "step-00000002.ckpt"]
     assert damage(ckpt / "step-00000002.ckpt") is None
     # what the failed run reports as its newest checkpoint is one that exists

@@ -7,17 +7,18 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import struct
 import zipfile
 from pathlib import Path
 
 import pytest
 import torch
+from checkpoint_files import flip_a_byte, shard_file, truncate
 from test_resume import MODULE_KW, assert_same_weights, losses, trainer
 from toy import ToyTokenModule, count_loads, weights
 
 from kiln.core import NonFiniteLossError, fit
-from kiln.core.checkpoints.checkpoint import read_checkpoint_meta
+from kiln.core.checkpoints.checksum import write_checksums
+from kiln.core.checkpoints.load import read_checkpoint_meta
 from kiln.core.checkpoints.rundir import CheckpointDirError, DamagedCheckpointError
 from kiln.core.distributed.threads import default_threads_per_rank
 from kiln.core.errors import EmptyEpochError, NonFiniteWeightsError
@@ -35,27 +36,15 @@ def reference(tmp_path_factory) -> dict:
     return {"weights": weights(module), "result": full, "stopped": root / "stopped"}
 
 
-def _overwrite_tensor_bytes(path: Path) -> None:
-    """Rewrite the first bytes of the biggest tensor record as float32 max (3.4e38), in place:
-    the zip stays valid and torch would load it without complaint."""
-    with zipfile.ZipFile(path) as archive:
-        info = max(archive.infolist(), key=lambda i: i.file_size if "/data/" in i.filename else 0)
-    data = bytearray(path.read_bytes())
-    name_len, extra_len = struct.unpack(
-        "<HH", data[info.header_offset + 26 : info.header_offset + 30]
-    )
-    start = info.header_offset + 30 + name_len + extra_len
-    data[start : start + 64] = struct.pack("<f", 3.4e38) * 16
-    path.write_bytes(bytes(data))
-
-
 def _damage(path: Path, how: str) -> None:
+    """Damage a checkpoint's largest data file: one byte of tensor data flipped (the file
+    still parses), cut in half, or garbage."""
     if how == "tensor bytes":
-        _overwrite_tensor_bytes(path)
+        flip_a_byte(path)
     elif how == "truncated":
-        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        truncate(path)
     else:
-        path.write_bytes(b"garbage" * 100)
+        shard_file(path).write_bytes(b"garbage" * 100)
 
 
 @pytest.mark.parametrize("how", ["tensor bytes", "truncated", "garbage"])
@@ -78,8 +67,8 @@ def test_auto_resume_skips_a_damaged_newest_checkpoint(tmp_path, reference, how)
 def test_explicit_damaged_or_foreign_checkpoint_fails_naming_it(tmp_path, reference) -> None:
     damaged = tmp_path / "stopped" / "ckpt" / "step-00000006.ckpt"
     shutil.copytree(reference["stopped"], tmp_path / "stopped")
-    _overwrite_tensor_bytes(damaged)
-    with pytest.raises(DamagedCheckpointError, match=f"{damaged} is damaged: its checksum"):
+    flip_a_byte(damaged)
+    with pytest.raises(DamagedCheckpointError, match=f"{damaged} is damaged: its file .* does not"):
         fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path / "a", STEPS, resume=str(damaged)))
     # a zip torch cannot unpickle safely (no checksum to compare outside a run's directory)
     foreign = tmp_path / "foreign.ckpt"
@@ -96,7 +85,7 @@ def test_explicit_resume_of_a_directory_says_so_and_what_to_pass(tmp_path, refer
     ckpt = tmp_path / "stopped" / "ckpt"
     newest = ckpt / "step-00000006.ckpt"  # the newest run.json records
     said = (
-        f"checkpoint {ckpt} is a directory, not a checkpoint: pass one of its checkpoint files "
+        f"checkpoint {ckpt} is a directory, not a checkpoint: pass one of its checkpoints "
         f"(newest: {newest}); to resume a run from its newest intact checkpoint, "
         f"trainer.resume=auto with trainer.checkpoint_dir={ckpt}"
     )
@@ -113,12 +102,16 @@ def test_explicit_resume_of_a_directory_says_so_and_what_to_pass(tmp_path, refer
 def test_a_fresh_run_refuses_a_directory_of_another_run(tmp_path, reference) -> None:
     shutil.copytree(reference["stopped"], tmp_path, dirs_exist_ok=True)
     ckpt = tmp_path / "ckpt"
-    before = {p.name: p.read_bytes() for p in ckpt.iterdir()}
+
+    def contents() -> dict[str, bytes]:
+        return {str(p.relative_to(ckpt)): p.read_bytes() for p in ckpt.rglob("*") if p.is_file()}
+
+    before = contents()
     with pytest.raises(
         CheckpointDirError, match=f"{ckpt}.*resume='auto'.*new trainer.checkpoint_dir"
     ):
         fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path, STEPS, keep_last_k=1))
-    assert {p.name: p.read_bytes() for p in ckpt.iterdir()} == before  # nothing touched
+    assert contents() == before  # nothing touched
 
 
 def test_resume_keeps_the_run_id_and_prunes_only_its_own_files(tmp_path, reference) -> None:
@@ -134,7 +127,7 @@ def test_resume_keeps_the_run_id_and_prunes_only_its_own_files(tmp_path, referen
         "threads_per_rank": default_threads_per_rank(1, 1),  # what fit computed with
     }
     foreign = ckpt / "step-00000001.ckpt"  # e.g. copied in by hand: no file of this run
-    shutil.copy(ckpt / "step-00000002.ckpt", foreign)
+    shutil.copytree(ckpt / "step-00000002.ckpt", foreign)
     module = ToyTokenModule(**MODULE_KW)
     loaded = count_loads(module)
     result = fit(module, trainer(tmp_path, STEPS, keep_last_k=1, resume="auto"))
@@ -202,9 +195,11 @@ def test_the_finite_weights_check_counts_exactly_and_lets_an_overflowing_sum_pas
 
 
 def test_resuming_on_another_world_size_fails_naming_both(tmp_path, reference) -> None:
-    saved = torch.load(reference["stopped"] / "ckpt" / "step-00000006.ckpt", weights_only=True)
     other = tmp_path / "two-ranks.ckpt"
-    torch.save({**saved, "world_size": 2}, other)
+    shutil.copytree(reference["stopped"] / "ckpt" / "step-00000006.ckpt", other)
+    saved = torch.load(other / "meta.pt", weights_only=True)
+    torch.save({**saved, "world_size": 2}, other / "meta.pt")
+    write_checksums(other)  # a checkpoint that says so, not a damaged one
     assert read_checkpoint_meta(other)["world_size"] == 2
     with pytest.raises(ValueError, match=f"{other} was written by a run on 2 processes.* has 1"):
         fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path, STEPS, resume=str(other)))
@@ -226,7 +221,7 @@ def test_a_lost_run_json_is_refused_when_its_checkpoints_name_two_runs(tmp_path,
     ckpt = tmp_path / "ckpt"
     (ckpt / "run.json").unlink()
     other = reference["stopped"].parent / "full" / "ckpt" / "step-00000008.ckpt"
-    shutil.copy(other, ckpt / "step-00000008.ckpt")  # another run's file
+    shutil.copytree(other, ckpt / "step-00000008.ckpt")  # another run's checkpoint
     with pytest.raises(CheckpointDirError, match=r"run.json is missing .* they name runs"):
         fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path, STEPS + 2, resume="auto"))
     assert not (ckpt / "run.json").exists()  # nothing guessed

@@ -2,8 +2,8 @@
 checkpoint makes: each rank writes its own shards (torch distributed checkpoint), the
 directory is staged and renamed into place, owned by one run (``run.json``), checksummed
 file by file, pruned to the last K, and ``resume='auto'`` continues bit-identically on the
-CPU with ``trainer.deterministic=true``. A DDP checkpoint does not resume into an FSDP run
-(nor back): the error names both strategies."""
+CPU with ``trainer.deterministic=true``. Resuming across strategies:
+``test_resume_across_strategies.py``."""
 
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ import torch
 from toy import ToyBlocksModule, count_loads, full_weights
 
 from kiln.core import TrainerConfig, fit, launch
-from kiln.core.checkpoints.checkpoint import damage, find_latest_checkpoint, read_checkpoint_meta
+from kiln.core.checkpoints.checksum import CHECKSUMS
+from kiln.core.checkpoints.load import load_weights, read_checkpoint_meta
+from kiln.core.checkpoints.lookup import damage, find_latest_checkpoint
 from kiln.core.checkpoints.rundir import recorded_run
-from kiln.core.checkpoints.sharded import CHECKSUMS, load_sharded_weights
 from kiln.core.errors import NonFiniteWeightsError
 
 HERE = Path(__file__).parent
@@ -69,27 +70,13 @@ def resumed_run(root: Path) -> dict:
     return sharded_run(root, STEPS, resume="auto")
 
 
-def refused(root: Path, **kw) -> str:
-    try:
-        sharded_run(root, STEPS, **kw)
-    except ValueError as error:
-        return str(error)
-    return "no error"
-
-
 def runs(root: Path) -> dict:
-    """An uninterrupted run, one stopped at step 4 and resumed to step 8, and resumes that
-    cross strategies (DDP <-> FSDP)."""
+    """An uninterrupted run, and one stopped at step 4 and resumed to step 8."""
     out = {
         "full": sharded_run(root / "full", STEPS),
         "first": sharded_run(root / "split", 4),
         "resumed": sharded_run(root / "split", STEPS, resume="auto"),
     }
-    sharded = out["full"]["checkpoint"]
-    out["into_ddp"] = refused(root / "ddp", strategy="ddp", resume=sharded)
-    sharded_run(root / "ddp-run", 2, strategy="ddp")
-    plain = str(root / "ddp-run" / "ckpt" / "step-00000002.ckpt")
-    out["into_fsdp"] = refused(root / "fsdp", resume=plain)
     out["overflow"] = overflowing_run(root / "overflow")
     return out
 
@@ -195,22 +182,14 @@ def test_non_finite_sharded_weights_never_reach_a_checkpoint(ranks) -> None:
         assert not [name for name in overflow["saved"] if name.startswith("step-")]
 
 
-def test_a_checkpoint_of_one_strategy_does_not_resume_into_the_other(ranks) -> None:
-    for rank in ranks["ranks"]:
-        assert "is sharded (written by trainer.strategy=fsdp)" in rank["into_ddp"]
-        assert "this run uses trainer.strategy=ddp" in rank["into_ddp"]
-        assert "is one file (written by trainer.strategy=ddp" in rank["into_fsdp"]
-        assert "this run uses trainer.strategy=fsdp" in rank["into_fsdp"]
-
-
 def test_sharded_weights_load_into_a_plain_module_in_one_process(ranks) -> None:
     module = ToyBlocksModule(**MODULE_KW)
-    load_sharded_weights(module, ranks["root"] / "full" / "ckpt" / "step-00000008.ckpt")
+    load_weights(module, ranks["root"] / "full" / "ckpt" / "step-00000008.ckpt")
     for key, value in ranks["ranks"][0]["full"]["weights"].items():
         assert torch.equal(module.state_dict()[key], value), key
     other = ToyBlocksModule(blocks=3, **MODULE_KW)
     with pytest.raises(RuntimeError, match=r"does not fit ToyBlocksModule"):
-        load_sharded_weights(other, ranks["root"] / "full" / "ckpt" / "step-00000008.ckpt")
+        load_weights(other, ranks["root"] / "full" / "ckpt" / "step-00000008.ckpt")
 
 
 @pytest.mark.process

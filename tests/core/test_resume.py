@@ -180,19 +180,21 @@ class Killer(Logger):
 
     @staticmethod
     def _kill_in_save(step: int) -> None:
-        from kiln.core.checkpoints import checkpoint
+        from checkpoint_files import truncate
 
-        write = checkpoint._save_file  # writes the temp file a save renames into place
+        from kiln.core.checkpoints import save
 
-        def write_then_die(temp, state):
-            digest = write(temp, state)
-            if f"step-{step:08d}" in temp.name:
-                data = temp.read_bytes()
-                temp.write_bytes(data[: len(data) // 2])  # the write is cut off here
+        write = save.async_save  # writes the staged directory a save renames into place
+
+        def write_then_die(state, *, checkpoint_id, **kw):
+            written = write(state, checkpoint_id=checkpoint_id, **kw)
+            if f"step-{step:08d}" in Path(checkpoint_id).name:
+                written.result()
+                truncate(Path(checkpoint_id))  # the write is cut off here
                 os.kill(os.getpid(), signal.SIGKILL)
-            return digest
+            return written
 
-        checkpoint._save_file = write_then_die  # this worker process only
+        save.async_save = write_then_die  # this worker process only
 
 
 class KillableToy(ToyTokenModule):
@@ -259,7 +261,7 @@ def test_sigkills_in_epochs_0_1_2_mid_window_mid_save_mid_validation(tmp_path, u
 def test_resume_from_copied_checkpoint_in_epochs_1_and_2(tmp_path, uninterrupted, step) -> None:
     source = Path(uninterrupted["result"].checkpoint).parent / f"step-{step:08d}.ckpt"
     copy = tmp_path / "copy.ckpt"
-    shutil.copy(source, copy)
+    shutil.copytree(source, copy)
     module = KillableToy(None, **EPOCHS_KW)
     loaded = count_loads(module)
     result = fit(module, epochs_trainer(tmp_path, str(copy)))

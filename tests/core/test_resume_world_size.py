@@ -80,7 +80,7 @@ def two_ranks(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("two")
     full, stopped = launch(full_and_stopped, 2, root, 2)[0]
     copy = root / "step-10.ckpt"
-    shutil.copy(root / "stopped" / "ckpt" / f"step-{STOP:08d}.ckpt", copy)
+    shutil.copytree(root / "stopped" / "ckpt" / f"step-{STOP:08d}.ckpt", copy)
     return {"root": root, "full": full, "stopped": stopped, "copy": copy}
 
 

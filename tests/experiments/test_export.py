@@ -9,6 +9,7 @@ import json
 
 import pytest
 import torch
+from checkpoint_files import saved_state
 from export_helpers import export_case, kiln, plain_outputs
 from train_helpers import explain, job_dirs, run_train, summary
 
@@ -42,13 +43,13 @@ def trained(tmp_path_factory):
     return {summary(job)["config"]["name"]: job for job in jobs}
 
 
-def test_callbacks_ema_trains_and_checkpoints_the_average(trained):
+def test_callbacks_ema_trains_and_checkpoints_the_average(trained, tmp_path):
     for name, job in trained.items():
         record = summary(job)
         assert record["status"] == "ok", (name, record.get("error"))
         assert record["global_step"] == 3
         checkpoint = resolve_checkpoint(job)
-        saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        saved = saved_state(checkpoint, tmp_path)
         average = saved["callbacks"]["EMA"]["weights"]
         trained_weights = saved["model"]
         assert set(average) <= set(trained_weights), name

@@ -16,12 +16,14 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from checkpoint_files import saved_state
 from slurm_helpers import (
     end,
     job_field,
@@ -77,7 +79,8 @@ TWO_NODES = ["launcher=slurm", "hydra.launcher.partition=debug", "trainer.num_no
 
 def final_weights(record: dict[str, Any]) -> dict[str, torch.Tensor]:
     """The model tensors of the job's last checkpoint."""
-    return torch.load(record["checkpoint"], map_location="cpu", weights_only=False)["model"]
+    checkpoint = Path(record["checkpoint"])
+    return saved_state(checkpoint, Path(tempfile.mkdtemp()))["model"]
 
 
 def assert_same_weights(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
@@ -462,7 +465,7 @@ def test_fsdp_across_two_nodes_is_preempted_and_resumes(
     two_nodes_one_task_each, tmp_path, sharding, devices
 ):
     """``trainer.strategy=fsdp`` on both nodes: USR2 mid-run stops every rank at one step with
-    a sharded checkpoint (a file per rank), the requeued job resumes from it on both nodes,
+    a checkpoint of a file per rank, the requeued job resumes from it on both nodes,
     in one W&B run, and ends; full sharding over 2 ranks follows the DDP job's losses."""
     ranks = 2 * devices
     fsdp = ["trainer.strategy=fsdp", f"trainer.fsdp.sharding={sharding}"]

@@ -16,7 +16,7 @@ from test_slurm_multinode import (
     two_node_job,
 )
 
-from kiln.core.checkpoints.checkpoint import read_checkpoint_meta
+from kiln.core.checkpoints.load import read_checkpoint_meta
 from kiln.core.distributed.threads import default_threads_per_rank
 
 __all__ = ["pytestmark"]

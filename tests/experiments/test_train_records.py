@@ -12,11 +12,11 @@ import signal
 import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
 import pytest
 import torch
+from checkpoint_files import flip_a_byte, truncate
 from train_helpers import FAST, explain, run_train, summary
 
 CKPT = ["trainer.checkpoint_every_n_steps=2", "trainer.keep_last_k=2"]
@@ -88,7 +88,7 @@ def _fresh_run_into_it(job_dir: Path) -> list[str]:
 
 def _damaged_explicit_resume(job_dir: Path) -> list[str]:
     ckpt = job_dir / "checkpoints" / "step-00000004.ckpt"
-    ckpt.write_bytes(ckpt.read_bytes()[:-1000])
+    truncate(ckpt)
     return [f"trainer.resume={ckpt}"]
 
 
@@ -168,12 +168,8 @@ def test_a_lost_run_json_is_rebuilt_from_verified_checkpoints_which_are_pruned(f
     ckpt = job_dir / "checkpoints"
     run_id = _run_file(job_dir)["run_id"]
     (ckpt / "run.json").unlink()
-    newest = ckpt / "step-00000004.ckpt"  # a flipped byte: no run.json checksum to catch it
-    with zipfile.ZipFile(newest) as archive:
-        info = max(archive.infolist(), key=lambda i: i.file_size)
-    data = bytearray(newest.read_bytes())
-    data[info.header_offset + 200] ^= 0xFF
-    newest.write_bytes(bytes(data))
+    newest = ckpt / "step-00000004.ckpt"  # a flipped byte: its checksums.json catches it
+    flip_a_byte(newest)
     # SIGKILLed saves leave these behind: the next start removes them
     (ckpt / ".run.json.abcd1234").write_text("{}")
     (ckpt / "step-00000005.ckpt.tmp").write_bytes(b"partial")
@@ -210,7 +206,7 @@ def test_resuming_another_jobs_checkpoint_gives_the_new_dir_its_own_run(finished
         "run_id": theirs["run_id"],
         "global_step": 4,
     }
-    meta = torch.load(job_dir / "checkpoints" / "step-00000006.ckpt", weights_only=True, mmap=True)
+    meta = torch.load(job_dir / "checkpoints" / "step-00000006.ckpt" / "meta.pt", weights_only=True)
     assert meta["run_id"] == ours["run_id"] and meta["global_step"] == 6
     assert (job_dir / "wandb_run_id").read_text() != (finished / "wandb_run_id").read_text()
 
@@ -243,14 +239,14 @@ def test_a_full_disk_names_the_checkpoint_and_keeps_the_good_ones(small_disk, tm
     assert proc.returncode == 1, explain(proc)
     error = summary(tmp_path / "j")["error"]
     assert f"could not write checkpoint {ckpt / 'step-00000003.ckpt'} (No space left" in error
-    assert "it needs 11." in error and "MiB are free there" in error, error
-    assert "no partial file is left" in error
+    assert "this rank needs 11." in error and "MiB are free there" in error, error
+    assert "no partial checkpoint is left" in error
     assert sorted(p.name for p in ckpt.iterdir()) == [
         "run.json",
         "step-00000001.ckpt",
         "step-00000002.ckpt",
     ]
-    from kiln.core.checkpoints.checkpoint import damage
+    from kiln.core.checkpoints.lookup import damage
 
     assert damage(ckpt / "step-00000002.ckpt") is None  # intact, checksum as recorded
 
@@ -276,8 +272,8 @@ def _foreign_checkpoint(tmp_path: Path) -> list[str]:
 
 
 def _truncated_checkpoint(tmp_path: Path, finished: Path) -> list[str]:
-    data = (finished / "checkpoints" / "step-00000004.ckpt").read_bytes()
-    (tmp_path / "cut.ckpt").write_bytes(data[: len(data) // 2])
+    shutil.copytree(finished / "checkpoints" / "step-00000004.ckpt", tmp_path / "cut.ckpt")
+    truncate(tmp_path / "cut.ckpt")
     return [f"trainer.resume={tmp_path / 'cut.ckpt'}"]
 
 
@@ -285,7 +281,7 @@ def _truncated_checkpoint(tmp_path: Path, finished: Path) -> list[str]:
     ("make", "error"),
     [
         (lambda tmp, _: [f"trainer.resume={tmp / 'nope.ckpt'}"], "no such checkpoint file"),
-        (_truncated_checkpoint, "incomplete or unreadable"),
+        (_truncated_checkpoint, "does not match the checksum"),
         (lambda tmp, _: _foreign_checkpoint(tmp), "foreign.ckpt' is not a kiln checkpoint"),
         (lambda tmp, _: _csv_without_label(tmp), "the label column 'label' is not in the data"),
         (lambda tmp, _: _labels_beyond_the_model(tmp), "the model has num_labels=2 but the data"),

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import zipfile
 from pathlib import Path
 
 import pytest
+from checkpoint_files import flip_a_byte
 from train_helpers import FAST, explain, run_train, summary
 
 # 7 steps: checkpoints at steps 2, 4, 6 and the last, 7; keep_last_k=3 keeps 4, 6, 7
@@ -96,11 +96,8 @@ def test_a_damaged_newest_checkpoint_is_taken_out_of_the_run(finished, tmp_path)
     job_dir = _copy(finished, tmp_path)
     ckpt = job_dir / "checkpoints"
     newest = ckpt / "step-00000007.ckpt"
-    with zipfile.ZipFile(newest) as archive:  # one byte of the largest tensor
-        info = max(archive.infolist(), key=lambda i: i.file_size)
-    data = bytearray(newest.read_bytes())
-    data[info.header_offset + 200] ^= 0xFF
-    newest.write_bytes(bytes(data))
+    shard = flip_a_byte(newest)  # one byte of tensor data
+    data = shard.read_bytes()
 
     proc = _rerun(job_dir, tmp_path, "trainer.max_steps=10")
     assert proc.returncode == 0, explain(proc)
@@ -110,7 +107,8 @@ def test_a_damaged_newest_checkpoint_is_taken_out_of_the_run(finished, tmp_path)
     assert [(a["from_step"], a["ended"]) for a in attempts] == [(0, "ok"), (6, "ok")]
     # step 7 no longer counts toward keep_last_k=3: step 6, resumed from, is kept
     assert _listed(job_dir) == ["step-00000006.ckpt", "step-00000008.ckpt", "step-00000010.ckpt"]
-    assert (ckpt / "step-00000007.ckpt.damaged").read_bytes() == bytes(data)  # kept for a look
+    kept = ckpt / "step-00000007.ckpt.damaged" / shard.name
+    assert kept.read_bytes() == data  # kept for a look
     assert f"moved damaged checkpoint to {ckpt / 'step-00000007.ckpt.damaged'}" in output
 
 
@@ -120,11 +118,11 @@ def test_a_damaged_newest_checkpoint_is_taken_out_of_the_run(finished, tmp_path)
         (lambda job: "", "trainer.resume is empty: give auto"),
         (
             lambda job: str(job / "checkpoints"),
-            "is a directory, not a checkpoint: pass one of its checkpoint files (newest: {newest})",
+            "is a directory, not a checkpoint: pass one of its checkpoints (newest: {newest})",
         ),
         (
             lambda job: str(job),
-            "is a directory, not a checkpoint: pass one of its checkpoint files (newest: {newest})",
+            "is a directory, not a checkpoint: pass one of its checkpoints (newest: {newest})",
         ),
     ],
     ids=["empty", "checkpoint-dir", "job-dir"],

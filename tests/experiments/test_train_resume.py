@@ -196,7 +196,7 @@ def test_a_killed_two_device_job_leaves_a_checkpoint_and_no_worker(tmp_path) -> 
     assert not alive, f"workers still running after their job was killed: {alive}"
     (step,) = checkpointed_steps(job_dir)
     assert 3 <= step < STEPS, out.read_text()[-4000:]
-    assert (job_dir / "checkpoints" / f"step-{step:08d}.ckpt").is_file()
+    assert (job_dir / "checkpoints" / f"step-{step:08d}.ckpt" / "meta.pt").is_file()
 
 
 @pytest.mark.process

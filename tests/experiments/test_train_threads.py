@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from train_helpers import FAST, compose_train, explain, run_train, summary
 
-from kiln.core.checkpoints.checkpoint import read_checkpoint_meta
+from kiln.core.checkpoints.load import read_checkpoint_meta
 from kiln.core.distributed.threads import default_threads_per_rank
 from kiln.experiments.report.comparable import verdict
 from kiln.experiments.tracking.wandb_files import find_run_files, read_run

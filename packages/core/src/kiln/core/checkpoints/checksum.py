@@ -14,6 +14,8 @@ verified, as sha256.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -75,3 +77,40 @@ def checksum_of(path: Path, algorithm: str = ALGORITHM) -> str:
 def matches(path: Path, checksum: str) -> bool:
     """Whether ``path``'s bytes have the recorded ``checksum`` (taken with its algorithm)."""
     return checksum_of(path, algorithm_of(checksum)) == checksum
+
+
+CHECKSUMS = "checksums.json"
+"""A checkpoint directory's own list of its files' checksums (written last)."""
+
+
+def write_checksums(directory: Path) -> None:
+    """Record the checksum of every file of a checkpoint directory in ``checksums.json``
+    (flushed to disk). Called by rank 0 once every rank's files are written."""
+    sums = {
+        str(p.relative_to(directory)): checksum_of(p)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.name != CHECKSUMS
+    }
+    with open(directory / CHECKSUMS, "w") as handle:
+        handle.write(json.dumps(sums, indent=1))
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def checksum_damage(directory: Path) -> str | None:
+    """Why a checkpoint directory's files do not match its ``checksums.json``, naming the
+    file, or ``None`` when every file does."""
+    listed = directory / CHECKSUMS
+    if not listed.is_file():
+        return f"it has no {CHECKSUMS} (the save did not finish)"
+    try:
+        sums = json.loads(listed.read_text())
+    except ValueError:
+        return f"its {CHECKSUMS} is unreadable"
+    for name, expected in sums.items():
+        path = directory / name
+        if not path.is_file():
+            return f"its file {path} is missing"
+        if not matches(path, expected):
+            return f"its file {path} does not match the checksum in {listed}"
+    return None

@@ -17,7 +17,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from kiln.core.checkpoints.checkpoint import checkpoint_candidates, load_checkpoint
+from kiln.core.checkpoints.load import load_checkpoint
+from kiln.core.checkpoints.lookup import checkpoint_candidates
 from kiln.core.checkpoints.rundir import (
     CheckpointDirError,
     DamagedCheckpointError,
@@ -25,9 +26,7 @@ from kiln.core.checkpoints.rundir import (
     new_run_id,
     quarantine,
 )
-from kiln.core.checkpoints.sharded import check_same_layout
 from kiln.core.config import check_global_batch
-from kiln.core.distributed.sharding import is_sharded
 from kiln.core.loop.data import dataset_size, epoch_batcher, epoch_samples, micro_batch_size
 from kiln.core.loop.seeding import seed_rank_streams
 from kiln.core.state import Context, RunState
@@ -66,8 +65,6 @@ def _load(ctx: Context, run: RunState, damaged: list[Path]) -> dict[str, Any] | 
             raise FileNotFoundError(f"trainer.resume={trainer.resume!r}: no such checkpoint file")
         candidates = [path]
     for path in candidates:
-        if path.exists():  # before any object changes: DDP and FSDP state do not mix
-            check_same_layout(path, is_sharded(ctx.fabric.strategy), trainer.strategy)
         try:
             rest = load_checkpoint(ctx.fabric, path, ctx.objects)
         except DamagedCheckpointError as error:

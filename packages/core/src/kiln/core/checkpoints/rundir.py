@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.core.atomic import atomic_write
-from kiln.core.checkpoints.checksum import checksum_of
+from kiln.core.checkpoints.checksum import checksum_damage, checksum_of
 
 RUN_FILE = "run.json"
 RUN_FILE_TEMP_PREFIX = ".run.json."
@@ -170,8 +170,6 @@ def _verified_run_id(path: Path) -> tuple[str | None, str | None]:
     import zipfile
 
     import torch
-
-    from kiln.core.checkpoints.sharded import checksum_damage
 
     if path.is_dir():
         problem = checksum_damage(path)

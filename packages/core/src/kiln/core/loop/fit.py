@@ -31,8 +31,8 @@ import lightning as L
 import torch
 
 from kiln.core.callbacks.handle import FitHandle
-from kiln.core.checkpoints.checkpoint import restore_rng_state
 from kiln.core.checkpoints.resume import resume
+from kiln.core.checkpoints.rng import restore_rng_state
 from kiln.core.config import CompileConfig, TrainerConfig
 from kiln.core.distributed.threads import apply_threads_per_rank
 from kiln.core.errors import (

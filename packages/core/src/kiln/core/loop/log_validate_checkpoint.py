@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import torch
 
-from kiln.core.checkpoints.checkpoint import CheckpointCommits, save_checkpoint
+from kiln.core.checkpoints.save import CheckpointWrites, save_checkpoint
 from kiln.core.errors import NonFiniteLossError, check_finite_weights, check_window_total
 from kiln.core.loop.data import micro_batch_size
 from kiln.core.loop.step import StepOutput, all_reduce_sum, as_count_tensor, window_loss_sums
@@ -43,7 +43,7 @@ class LogValidateCheckpoint:
         self._pending: list[StepOutput] = []  # steps whose losses the host has not read
         self._at_step_end: list[Path] = []  # checkpoints callbacks asked for at the step's end
         # the periodic checkpoints are written, synced and recorded while training goes on
-        self.commits = CheckpointCommits()
+        self.writes = CheckpointWrites()
         self._committing: Path | None = None  # the periodic checkpoint being written
         self.progress = Progress(
             ctx.total_steps,
@@ -148,6 +148,8 @@ class LogValidateCheckpoint:
             raise ValueError(
                 "no checkpoint to save: trainer.checkpoint_dir is None and no path given"
             )
+        if path is not None:  # run.json has one writer at a time: the pending write ends first
+            self.wait_for_checkpoints()
         saved = save_checkpoint(
             ctx.fabric,
             directory,
@@ -157,7 +159,7 @@ class LogValidateCheckpoint:
             name=None if path is None else path.name,
             run_id=run.run_id,
             # a callback's own path is in place when it returns: the callback may read it
-            commits=self.commits if path is None else None,
+            writes=self.writes if path is None else None,
         )
         if path is None:
             self._committing = saved
@@ -166,7 +168,7 @@ class LogValidateCheckpoint:
     def wait_for_checkpoints(self) -> None:
         """Wait until the periodic checkpoint being written is in place (every rank; a
         failed write raises ``CheckpointWriteError`` on all); it is then the run's newest."""
-        self.commits.wait(self.ctx.fabric)
+        self.writes.wait(self.ctx.fabric)
         self._committed()
 
     @contextlib.contextmanager
@@ -176,7 +178,7 @@ class LogValidateCheckpoint:
         try:
             yield
         except BaseException:
-            if self.commits.close():
+            if self.writes.close():
                 self._committed()
             raise
 

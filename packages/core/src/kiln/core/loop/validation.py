@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from kiln.core.checkpoints.checkpoint import capture_rng_state, restore_rng_state
+from kiln.core.checkpoints.rng import capture_rng_state, restore_rng_state
 from kiln.core.loop.data import dataset_size, gather_in_order
 from kiln.core.loop.precision import call_step_hook
 from kiln.core.state import Context

@@ -39,7 +39,7 @@ def resolve_checkpoint(source: str | Path) -> Path:
         FileNotFoundError: ``source`` does not exist or holds no checkpoint; the message
             says where it looked and what is valid.
     """
-    from kiln.core.checkpoints.checkpoint import find_latest_checkpoint
+    from kiln.core.checkpoints.lookup import find_latest_checkpoint
 
     path = Path(source)
     if not path.exists():
@@ -69,13 +69,11 @@ def load_trained_module(checkpoint: str | Path) -> tuple[Any, dict[str, Any]]:
     Raises:
         ValueError: The checkpoint holds no run config with a ``model``.
 
-    A sharded checkpoint (``trainer.strategy=fsdp``, a directory) is read shard by shard
-    into the module's own tensors in this one process: memory holds one copy of the model.
+    The checkpoint, of any strategy, is read shard by shard into the module's own tensors
+    in this one process: memory holds one copy of the model.
     """
-    import torch
 
-    from kiln.core.checkpoints.checkpoint import read_checkpoint_meta
-    from kiln.core.checkpoints.sharded import load_sharded_weights
+    from kiln.core.checkpoints.load import load_weights, read_checkpoint_meta
     from kiln.experiments.settings.build import build_module, seed_before_build
 
     path = Path(checkpoint)
@@ -88,12 +86,7 @@ def load_trained_module(checkpoint: str | Path) -> tuple[Any, dict[str, Any]]:
         )
     seed_before_build(config.get("trainer", {}).get("seed", 0))
     module = build_module(config)
-    if path.is_dir():  # sharded (trainer.strategy=fsdp): the shards go into the module in place
-        load_sharded_weights(module, path)
-        return module.eval(), meta
-    weights = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["model"]
-    weights = {k.replace("_orig_mod.", ""): v for k, v in weights.items()}
-    module.load_state_dict(weights, strict=True)
+    load_weights(module, path)
     return module.eval(), meta
 
 

@@ -115,7 +115,8 @@ def latest_checkpoint_meta(checkpoint_dir: str | None) -> tuple[Path, dict[str, 
     """The newest intact checkpoint in ``checkpoint_dir`` and its metadata, or ``None``: the
     one ``fit`` resumes from (a damaged one, e.g. a flipped byte or a truncated shard, is
     skipped as ``fit`` skips it, so the attempt records the step it really starts from)."""
-    from kiln.core.checkpoints.checkpoint import checkpoint_candidates, damage, read_checkpoint_meta
+    from kiln.core.checkpoints.load import read_checkpoint_meta
+    from kiln.core.checkpoints.lookup import checkpoint_candidates, damage
 
     if checkpoint_dir is None or not Path(checkpoint_dir).is_dir():
         return None
@@ -140,8 +141,8 @@ def explicit_checkpoint_meta(resume: str) -> dict[str, Any]:
             its newest checkpoint.
         DamagedCheckpointError: It is damaged (checksum, CRC-32, truncated) or not kiln's.
     """
-    from kiln.core.checkpoints.checkpoint import damage, read_checkpoint_meta
-    from kiln.core.checkpoints.paths import check_not_a_plain_directory
+    from kiln.core.checkpoints.load import read_checkpoint_meta
+    from kiln.core.checkpoints.lookup import check_not_a_plain_directory, damage
     from kiln.core.checkpoints.rundir import DamagedCheckpointError
 
     if not resume.strip():  # `trainer.resume=` on the command line: Path("") is the cwd
@@ -175,8 +176,8 @@ def check_resume(resolved: dict[str, Any]) -> tuple[int, Path | None]:
 
     Raises:
         ResumeConfigError: The checkpoint was written with other values of
-            :data:`FROZEN_KEYS` (the message names each key with both values), or by
-            another strategy's layout (sharded vs one file: it names both strategies).
+            :data:`FROZEN_KEYS` (the message names each key with both values), or is an
+            earlier release's one-file checkpoint resumed under FSDP.
         FileNotFoundError: An explicit checkpoint does not exist.
         DamagedCheckpointError: An explicit checkpoint is damaged or not kiln's.
     """
@@ -275,19 +276,21 @@ def check_steps_left(from_step: int, checkpoint: Path | None, max_steps: int | N
 
 
 def _check_layout(path: Path, resolved: dict[str, Any]) -> None:
-    """A sharded checkpoint into a run that is not sharded, or a single-file one into an FSDP
-    run, fails here (as ``fit`` would once the workers started), naming both strategies.
+    """An earlier release's one-file checkpoint into an FSDP run fails here (as ``fit`` would
+    once the workers started), saying which strategy resumes it. Every other checkpoint
+    resumes under any strategy.
 
     Raises:
-        ResumeConfigError: The checkpoint's layout is not the one this job's strategy loads.
+        ResumeConfigError: A one-file checkpoint and ``trainer.strategy=fsdp``.
     """
-    from kiln.core.checkpoints.sharded import check_same_layout
+    from kiln.core.checkpoints.lookup import is_legacy
 
-    strategy = _select(resolved, "trainer.strategy") or "auto"
-    try:
-        check_same_layout(path, strategy == "fsdp", strategy)
-    except ValueError as error:
-        raise ResumeConfigError(str(error)) from None
+    if is_legacy(path) and _select(resolved, "trainer.strategy") == "fsdp":
+        raise ResumeConfigError(
+            f"checkpoint {path} is one file, written by an earlier kiln release under DDP or "
+            "on one process: resume it with trainer.strategy=ddp (or auto); its next "
+            "checkpoint resumes under any strategy, trainer.strategy=fsdp included"
+        )
 
 
 def check_claim(resolved: dict[str, Any], checkpoint: Path | None) -> None:
@@ -297,7 +300,7 @@ def check_claim(resolved: dict[str, Any], checkpoint: Path | None) -> None:
     Raises:
         CheckpointDirError: The directory cannot hold this run; the message says why.
     """
-    from kiln.core.checkpoints.checkpoint import read_checkpoint_meta
+    from kiln.core.checkpoints.load import read_checkpoint_meta
     from kiln.core.checkpoints.rundir import plan_claim
 
     trainer = resolved["trainer"]

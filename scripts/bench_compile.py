@@ -28,7 +28,8 @@ import torch
 import torch._dynamo.utils as dynamo_utils
 
 from kiln.core import CompileConfig
-from kiln.core.loop.compile import cache_figures, compile_scope
+from kiln.core.loop.compile import compile_scope
+from kiln.core.telemetry.compile_watch import cache_figures
 from kiln.models import create_model
 
 MODELS = ("bert-tiny-cls", "llama-tiny-lm", "vit-tiny")

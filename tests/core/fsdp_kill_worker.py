@@ -17,17 +17,20 @@ def killed_run(root: Path, step: int) -> None:
 
     from kiln.core.checkpoints import save
 
-    write = save.async_save  # writes the staged directory a save renames into place
+    def cut_off(write):  # writes the staged directory a save renames into place
+        def write_then_die(state, *, checkpoint_id, **kw):
+            written = write(state, checkpoint_id=checkpoint_id, **kw)
+            if f"step-{step:08d}" in Path(checkpoint_id).name:
+                if hasattr(written, "result"):  # an asynchronous save
+                    written.result()
+                dist.barrier()  # every rank's shards are on disk
+                os.kill(os.getpid(), signal.SIGKILL)
+            return written
 
-    def write_then_die(state, *, checkpoint_id, **kw):
-        written = write(state, checkpoint_id=checkpoint_id, **kw)
-        if f"step-{step:08d}" in Path(checkpoint_id).name:
-            written.result()
-            dist.barrier()  # every rank's shards are on disk
-            os.kill(os.getpid(), signal.SIGKILL)
-        return written
+        return write_then_die
 
-    save.async_save = write_then_die  # this worker process only
+    # this worker process only, whichever way the run saves
+    save.save, save.async_save = cut_off(save.save), cut_off(save.async_save)
     sharded_run(root, STEPS)
 
 

@@ -1,7 +1,8 @@
-"""The loop's periodic checkpoints are written, fsynced, renamed and recorded in a thread while
-training goes on: the run does not wait for the disk, yet each checkpoint is in place (and recorded)
-before the next save, when ``fit`` returns, and when an error leaves it; a sync that fails
-there fails the run naming the file, with the earlier checkpoints intact."""
+"""With ``trainer.async_checkpoint``, the loop's periodic checkpoints are written, fsynced,
+renamed and recorded in a thread while training goes on: the run does not wait for the disk,
+yet each checkpoint is in place (and recorded) before the next save, when ``fit`` returns,
+and when an error leaves it; a sync that fails there fails the run naming the file, with the
+earlier checkpoints intact."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def trainer(tmp: Path, max_steps: int = 6, **kw):
         checkpoint_every_n_steps=2,
         keep_last_k=3,
         seed=3,
+        async_checkpoint=True,
         **kw,
     )
 

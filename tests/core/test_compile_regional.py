@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from kiln.core import CompileConfig, TrainerConfig, fit
-from kiln.core.loop.compile import repeated_blocks
+from kiln.core.blocks import repeated_blocks
 
 
 class Block(torch.nn.Module):

@@ -355,7 +355,7 @@ def test_fsdp_on_one_process_trains_on_a_mesh_of_one_rank_and_says_so(tmp_path, 
 def test_blocks_wrapped_for_activation_checkpointing_are_still_the_blocks_to_shard() -> None:
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-    from kiln.core.loop.compile import repeated_blocks
+    from kiln.core.blocks import repeated_blocks
 
     module = ToyBlocksModule(blocks=3, **MODULE_KW)
     module.blocks = torch.nn.ModuleList(checkpoint_wrapper(b) for b in module.blocks)

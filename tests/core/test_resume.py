@@ -184,17 +184,20 @@ class Killer(Logger):
 
         from kiln.core.checkpoints import save
 
-        write = save.async_save  # writes the staged directory a save renames into place
+        def cut_off(write):  # writes the staged directory a save renames into place
+            def write_then_die(state, *, checkpoint_id, **kw):
+                written = write(state, checkpoint_id=checkpoint_id, **kw)
+                if f"step-{step:08d}" in Path(checkpoint_id).name:
+                    if hasattr(written, "result"):  # an asynchronous save
+                        written.result()
+                    truncate(Path(checkpoint_id))  # the write is cut off here
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return written
 
-        def write_then_die(state, *, checkpoint_id, **kw):
-            written = write(state, checkpoint_id=checkpoint_id, **kw)
-            if f"step-{step:08d}" in Path(checkpoint_id).name:
-                written.result()
-                truncate(Path(checkpoint_id))  # the write is cut off here
-                os.kill(os.getpid(), signal.SIGKILL)
-            return written
+            return write_then_die
 
-        save.async_save = write_then_die  # this worker process only
+        # this worker process only, whichever way the run saves
+        save.save, save.async_save = cut_off(save.save), cut_off(save.async_save)
 
 
 class KillableToy(ToyTokenModule):

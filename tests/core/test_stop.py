@@ -12,8 +12,8 @@ from test_resume import EPOCHS_KW, assert_same_weights, epochs_trainer, losses
 from toy import ToyTokenModule, weights
 
 from kiln.core import fit, launch
-from kiln.core.loop import stop
-from kiln.core.loop.stop import stop_on_signals
+from kiln.core.distributed import stop
+from kiln.core.distributed.stop import stop_on_signals
 
 STOP_AT = 9  # epoch 1 (7 steps per epoch), between the periodic checkpoints (every 1000)
 

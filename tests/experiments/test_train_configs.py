@@ -184,3 +184,30 @@ def test_jobs_share_one_inductor_cache_below_the_log_dir(monkeypatch, tmp_path):
         assert cfg.compile.cache_dir == f"{tmp_path}/inductor_cache"
         assert validate(_without_hydra(cfg)).compile.cache_dir == f"{tmp_path}/inductor_cache"
     assert compose_train(["compile.cache_dir=null"]).compile.cache_dir is None
+
+
+def test_the_trainer_group_lists_only_deliberate_overrides_each_with_its_reason():
+    """TrainerConfig holds every default; configs/trainer/default.yaml only what a kiln-train
+    job sets otherwise, each key under a comment that says why."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from kiln.core import TrainerConfig
+
+    path = Path(config_dir()) / "trainer" / "default.yaml"
+    lines = path.read_text().splitlines()
+    listed = OmegaConf.to_container(OmegaConf.load(path))
+    defaults = {f.name: getattr(TrainerConfig(), f.name) for f in dataclasses.fields(TrainerConfig)}
+    for key, value in listed.items():
+        assert key in defaults, f"{path}: {key} is not a TrainerConfig field"
+        assert value != defaults[key], f"{path}: {key}={value!r} is TrainerConfig's default"
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"{key}:"))
+        above = next(line for line in reversed(lines[:at]) if line.split(":")[0] not in listed)
+        assert above.startswith("#"), f"{path}: {key} has no comment saying why"
+    # and what a job runs is the dataclass's default for every other key
+    composed = OmegaConf.to_container(compose_train([]).trainer, resolve=False)
+    for key, value in defaults.items():
+        if key not in listed:
+            expected = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+            assert composed[key] == expected, key

@@ -17,7 +17,7 @@ from trainers import trainer_config
 
 import kiln.models as km
 from kiln.core import TrainerConfig, fit, launch
-from kiln.core.loop.compile import repeated_blocks
+from kiln.core.blocks import repeated_blocks
 
 
 def vit(data: list[dict]):

@@ -27,8 +27,8 @@ _EXPORTS = {
     "rank_seed": "kiln.core.loop.seeding",
     "weights_hash": "kiln.core.loop.seeding",
     "FitResult": "kiln.core.state",
-    "PrecisionAudit": "kiln.core.telemetry.precision_audit",
-    "precision_audit": "kiln.core.telemetry.precision_audit",
+    "PrecisionAudit": "kiln.core.loop.precision_audit",
+    "precision_audit": "kiln.core.loop.precision_audit",
 }
 __all__ = [
     "COMPILE_MODES",
@@ -64,6 +64,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     )
     from kiln.core.loop.fit import fit
     from kiln.core.loop.optim import unpack_optimizers
+    from kiln.core.loop.precision_audit import PrecisionAudit, precision_audit
     from kiln.core.loop.seeding import rank_seed, weights_hash
     from kiln.core.state import FitResult
-    from kiln.core.telemetry.precision_audit import PrecisionAudit, precision_audit

@@ -177,6 +177,11 @@ class TrainerConfig:
     """Save every N optimizer steps; with a checkpoint_dir the final step is always saved."""
     keep_last_k: int = 2
     """How many of the newest checkpoints to keep."""
+    async_checkpoint: bool | None = None
+    """Write periodic checkpoints while training goes on (the state is copied to host memory,
+    then written in a thread). ``None``: on CUDA, where the steps leave the CPU to the
+    writer; not on the CPU, where the writer competes with the steps for the same cores
+    (docs/benchmarks.md, "Checkpoint stall")."""
     resume: str | None = None
     """``None`` (fresh run), ``"auto"`` (newest complete checkpoint in checkpoint_dir, if any),
     or a checkpoint path."""
@@ -194,7 +199,7 @@ class TrainerConfig:
     module can opt out itself with a ``count_flops = False`` attribute."""
     precision_audit: bool = False
     """Audit the first optimizer step of each attempt: which ops ran in which dtype, in which
-    module (``kiln.core.telemetry.precision_audit``), recorded as the telemetry's
+    module (``kiln.core.loop.precision_audit``), recorded as the telemetry's
     ``precision_audit``; under ``64-true`` it names every op that ran below float64, under
     ``bf16-mixed`` every matmul that did not run in bf16 (a warning says so). The audited step
     runs eagerly (with compile too) and is the run's own step, not an extra one."""

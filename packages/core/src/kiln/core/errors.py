@@ -47,7 +47,7 @@ def check_finite_weights(fabric: Any, model: torch.nn.Module, step: int) -> None
     count and a second sync); the exact count, for the message, only where a sum is not
     finite (or overflowed), which costs a fraction of counting every time.
     """
-    from kiln.core.distributed.sharding import local_tensor
+    from kiln.core.dtensor import local_tensor
 
     # sharded parameters (DTensors): each rank counts its own shard, the sum covers them all
     params = [local_tensor(p.detach()) for p in model.parameters()]

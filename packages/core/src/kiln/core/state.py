@@ -37,7 +37,7 @@ class FitResult:
     # each validation's metrics with its "step" (carried in checkpoints, like history)
     validation_history: list[dict[str, Any]] = field(default_factory=list)
     checkpoint: str | None = None
-    # "max_steps", "max_epochs", "signal" (see kiln.core.loop.stop), or the reason a callback
+    # "max_steps", "max_epochs", "signal" (see kiln.core.distributed.stop), or the reason a callback
     # gave loop.request_stop(reason)
     stop_reason: str | None = None
     # with stop_reason "signal": the signal that stopped it at a step boundary ("SIGTERM")

@@ -1,6 +1,6 @@
 """The model contract of kiln.models, as checked interfaces (``docs/model-tasks.md``).
 
-kiln.core's loop needs the hooks in ``kiln.core.contract``; kiln.models builds them from four
+kiln.core's loop needs the hooks in ``kiln.core.module_contract``; kiln.models builds them from four
 methods a model implements (:class:`KilnModel`) and two class attributes. ``create_model``
 checks a built model against :class:`KilnModel` and fails naming what is missing, before
 any data is loaded. A data module states what it needs of the model as a Protocol of its

@@ -1,7 +1,7 @@
 """What callbacks see of a running ``fit`` (:class:`FitHandle`) and how their state is saved.
 
 Callbacks are plain objects passed to ``fit(callbacks=...)``; the loop calls their ``on_*``
-methods through ``fabric.call`` (see ``kiln.core.contract``). Two hooks are kiln's own:
+methods through ``fabric.call`` (see ``kiln.core.module_contract``). Two hooks are kiln's own:
 
 - ``on_loop_start(fit)``: once, after setup and resume, before ``on_fit_start``; ``fit``
   is a :class:`FitHandle`, the callback's handle on the run (weights, metrics, stop, save).

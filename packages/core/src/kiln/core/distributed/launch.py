@@ -26,8 +26,12 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from kiln.core.atomic import atomic_write
+from kiln.core.distributed.stop import (
+    ignore_repeated_signals,
+    requested_signal,
+    signal_handlers_restored,
+)
 from kiln.core.distributed.threads import default_threads_per_rank
-from kiln.core.loop.stop import ignore_repeated_signals, requested_signal, signal_handlers_restored
 
 
 class WorkerFailedError(RuntimeError):
@@ -168,9 +172,9 @@ def _worker(fn: Callable[..., Any], results_dir: str, parent: int, *args: Any) -
     (SIGINT, once per exiting thread of the agent's process) stops the worker's ``fit`` at
     the next step boundary, with a checkpoint there; it does not train on, orphaned.
 
-    A worker whose ``fit`` stopped for a signal (``kiln.core.loop.stop``) hands its result over in
-    ``results_dir`` and ends by that signal: the agent is shutting the workers down (or
-    will, once one ends), reads no result and would wait 30 s before killing it.
+    A worker whose ``fit`` stopped for a signal (``kiln.core.distributed.stop``) hands its
+    result over in ``results_dir`` and ends by that signal: the agent is shutting the workers
+    down (or will, once one ends), reads no result and would wait 30 s before killing it.
     """
     os.setpgrp()
     ignore_repeated_signals()
@@ -241,7 +245,7 @@ def launch(fn: Callable[..., Any], nprocs: int, *args: Any) -> list[Any]:
 
     Returns:
         ``fn``'s return value on each local rank, in rank order; also when a signal stopped
-        every worker's ``fit`` at the same step boundary (``kiln.core.loop.stop``: SIGTERM or
+        every worker's ``fit`` at the same step boundary (``kiln.core.distributed.stop``: SIGTERM or
         Ctrl-C to this process, which torch's agent relays, or a signal to one worker), so
         the caller sees ``stop_signal`` and acts on it as a single process would.
 

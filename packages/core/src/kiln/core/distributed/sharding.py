@@ -35,8 +35,8 @@ import torch.distributed as dist
 from lightning.fabric.plugins.environments.lightning import LightningEnvironment
 from torch import nn
 
+from kiln.core.blocks import repeated_blocks
 from kiln.core.config import CPU_OFFLOAD_NEEDS_CUDA, FSDPConfig, TrainerConfig
-from kiln.core.loop.compile import repeated_blocks
 
 log = logging.getLogger(__name__)
 
@@ -224,10 +224,3 @@ def _restore(module: nn.Module, had_own: bool, saved: Any) -> None:
         module.forward = saved
     else:
         module.__dict__.pop("forward", None)
-
-
-def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """This rank's shard of a DTensor (FSDP2 parameters and gradients); any other tensor as is."""
-    from torch.distributed.tensor import DTensor
-
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor

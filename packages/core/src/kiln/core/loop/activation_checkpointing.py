@@ -6,12 +6,12 @@ activation checkpointing, compile, then sharding), and undone after the fit (exc
 the wrappers FSDP2 sharded: they own their blocks' shards). How:
 
 - A module that defines ``set_activation_checkpointing(enabled: bool)`` (the contract hook,
-  ``kiln.core.contract``) does it itself: kiln.models' HF wrappers call the model's own
+  ``kiln.core.module_contract``) does it itself: kiln.models' HF wrappers call the model's own
   non-reentrant ``activation_checkpointing_enable`` (``gradient_checkpointing_enable`` in
   older transformers), the timm wrapper ``set_grad_checkpointing``. A hook that cannot (a
   model without support) raises a ``ValueError`` that names the model.
 - Any other module: every repeated block (found as regional compile finds them,
-  :func:`kiln.core.loop.compile.repeated_blocks`) is wrapped in torch's non-reentrant
+  :func:`kiln.core.blocks.repeated_blocks`) is wrapped in torch's non-reentrant
   ``checkpoint_wrapper`` in place. The wrapper's state dict has the block's own keys, so
   checkpoints are shared with runs without it.
 - A module with neither fails before training, naming it and what is supported.
@@ -34,7 +34,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
 )
 from torch.distributed.fsdp import FSDPModule
 
-from kiln.core.loop.compile import repeated_blocks
+from kiln.core.blocks import repeated_blocks
 
 HOOK = "set_activation_checkpointing"
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 import os
 from collections.abc import Generator
 from contextlib import ExitStack, contextmanager
-from typing import Any
 
 from torch import nn
 
+from kiln.core.blocks import repeated_blocks
 from kiln.core.config import CompileConfig
 
 _CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
@@ -56,25 +56,6 @@ def structured_trace(directory: str | os.PathLike[str]) -> Generator[None, None,
             os.environ.pop(_TRACE_ENV, None)
         else:
             os.environ[_TRACE_ENV] = previous
-
-
-def repeated_blocks(module: nn.Module) -> list[nn.Module]:
-    """The blocks of every ``nn.ModuleList`` or ``nn.Sequential`` (timm) holding at least two
-    blocks, all of one class and each with submodules of its own (not bare layers).
-
-    A list nested inside a block that is itself returned is left out: the outer block's
-    graph already holds it.
-    """
-    blocks: list[nn.Module] = []
-    for child in module.modules():
-        if not isinstance(child, nn.ModuleList | nn.Sequential) or len(child) < 2:
-            continue
-        if len({type(block) for block in child}) != 1 or not any(child[0].children()):
-            continue
-        if any(child is inner for block in blocks for inner in block.modules()):
-            continue
-        blocks.extend(child)
-    return blocks
 
 
 @contextmanager
@@ -135,24 +116,3 @@ def _disk_caches(directory: str) -> Generator[None, None, None]:
             os.environ.pop(_CACHE_ENV, None)
         else:
             os.environ[_CACHE_ENV] = previous
-
-
-def cache_figures(counters: Any) -> dict[str, int | str | None]:
-    """Which on-disk compile caches hit since dynamo's counters were cleared.
-
-    Returns:
-        ``fx_graph_cache_hits``/``_misses``, ``aot_autograd_cache_hits``/``_misses`` and
-        ``compile_cache``: ``"warm"`` (only hits), ``"cold"`` (only misses), ``"partial"``,
-        or ``None`` when nothing was looked up (eager, or caches off).
-    """
-    inductor, aot = counters["inductor"], counters["aot_autograd"]
-    counts = {
-        "fx_graph_cache_hits": int(inductor["fxgraph_cache_hit"]),
-        "fx_graph_cache_misses": int(inductor["fxgraph_cache_miss"]),
-        "aot_autograd_cache_hits": int(aot["autograd_cache_hit"]),
-        "aot_autograd_cache_misses": int(aot["autograd_cache_miss"]),
-    }
-    hits = counts["fx_graph_cache_hits"] + counts["aot_autograd_cache_hits"]
-    misses = counts["fx_graph_cache_misses"] + counts["aot_autograd_cache_misses"]
-    state = "partial" if hits and misses else "warm" if hits else "cold" if misses else None
-    return {**counts, "compile_cache": state}

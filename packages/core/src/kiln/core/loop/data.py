@@ -7,7 +7,7 @@ positions ``r, r + W, ...``), so the window of ``A`` micro-batches of ``B`` samp
 step ``k`` trains on ``W`` ranks holds positions ``[k·G, (k+1)·G)`` of the permutation, with
 ``G = W·A·B`` the global batch: the same samples on any world size with the same global
 batch. That is what lets a run resume on another number of devices
-(``kiln.core.checkpoints.resume``).
+(``kiln.core.loop.resume``).
 Only an epoch's tail can differ: the sampler pads each epoch to a multiple of ``W`` and
 ``drop_last`` drops a short batch per rank (:func:`epoch_samples`).
 """

@@ -12,7 +12,7 @@
 The update of a window therefore equals the update of one batch holding all of its items.
 
 ``fit`` reads as its stages: ``setup`` (``loop/setup.py``), ``resume``
-(``checkpoints/resume.py``), then a loop of ``train_step`` (``loop/step.py``) and
+(``loop/resume.py``), then a loop of ``train_step`` (``loop/step.py``) and
 ``LogValidateCheckpoint.after_step`` (``loop/log_validate_checkpoint.py``: each on its
 period), then ``finish`` (below).
 """
@@ -31,9 +31,9 @@ import lightning as L
 import torch
 
 from kiln.core.callbacks.handle import FitHandle
-from kiln.core.checkpoints.resume import resume
 from kiln.core.checkpoints.rng import restore_rng_state
 from kiln.core.config import CompileConfig, TrainerConfig
+from kiln.core.distributed.stop import StopPoll, listening
 from kiln.core.distributed.threads import apply_threads_per_rank
 from kiln.core.errors import (
     EmptyEpochError,
@@ -45,9 +45,9 @@ from kiln.core.loop.activation_checkpointing import activation_checkpointing
 from kiln.core.loop.compile import compile_scope
 from kiln.core.loop.data import epoch_batches
 from kiln.core.loop.log_validate_checkpoint import LogValidateCheckpoint
+from kiln.core.loop.resume import resume
 from kiln.core.loop.setup import setup
 from kiln.core.loop.step import train_step
-from kiln.core.loop.stop import StopPoll, listening
 from kiln.core.state import Context, FitResult, RunState
 from kiln.core.telemetry.flops import flops_telemetry, peak_flops_per_s
 from kiln.core.telemetry.memory import device_peak_memory_mb, state_bytes
@@ -66,7 +66,8 @@ def fit(
     plugins: Sequence[Any] | None = None,
     run_config: dict[str, Any] | None = None,
 ) -> FitResult:
-    """Train ``module`` (see ``kiln.core.contract``) as ``trainer`` and ``compile_config`` say.
+    """Train ``module`` (see ``kiln.core.module_contract``) as ``trainer`` and
+    ``compile_config`` say.
 
     Args:
         module: A LightningModule following kiln's module contract.

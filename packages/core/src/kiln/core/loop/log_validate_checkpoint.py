@@ -18,10 +18,10 @@ from typing import Any, cast
 import torch
 
 from kiln.core.checkpoints.save import CheckpointWrites, save_checkpoint
+from kiln.core.distributed.stop import requested_signal
 from kiln.core.errors import NonFiniteLossError, check_finite_weights, check_window_total
 from kiln.core.loop.data import micro_batch_size
 from kiln.core.loop.step import StepOutput, all_reduce_sum, as_count_tensor, window_loss_sums
-from kiln.core.loop.stop import requested_signal
 from kiln.core.loop.validation import validate
 from kiln.core.state import Context, RunState
 from kiln.core.telemetry.progress import Progress
@@ -42,8 +42,10 @@ class LogValidateCheckpoint:
         self.ctx, self.run = ctx, run
         self._pending: list[StepOutput] = []  # steps whose losses the host has not read
         self._at_step_end: list[Path] = []  # checkpoints callbacks asked for at the step's end
-        # the periodic checkpoints are written, synced and recorded while training goes on
+        # periodic checkpoints written while training goes on (trainer.async_checkpoint)
         self.writes = CheckpointWrites()
+        wanted = ctx.trainer.async_checkpoint
+        self._async = ctx.fabric.device.type == "cuda" if wanted is None else wanted
         self._committing: Path | None = None  # the periodic checkpoint being written
         self.progress = Progress(
             ctx.total_steps,
@@ -159,7 +161,7 @@ class LogValidateCheckpoint:
             name=None if path is None else path.name,
             run_id=run.run_id,
             # a callback's own path is in place when it returns: the callback may read it
-            writes=self.writes if path is None else None,
+            writes=self.writes if path is None and self._async else None,
         )
         if path is None:
             self._committing = saved

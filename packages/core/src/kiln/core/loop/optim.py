@@ -6,7 +6,7 @@ from typing import Any, cast
 
 import torch
 
-from kiln.core.contract import as_dict
+from kiln.core.module_contract import as_dict
 
 # Lightning's scheduler-dict keys that kiln honours as they are (the rest are rejected)
 _SUPPORTED = {"interval": "step", "frequency": 1}

@@ -17,14 +17,14 @@ from typing import Any, cast
 import lightning as L
 import torch
 
-from kiln.core.contract import as_dict, count_items, default_count_items
 from kiln.core.errors import NonFiniteGradientError, check_window_total
 from kiln.core.loop.activation_checkpointing import paused
 from kiln.core.loop.precision import call_under_precision
+from kiln.core.loop.precision_audit import auditing
+from kiln.core.module_contract import as_dict, count_items, default_count_items
 from kiln.core.state import Context, RunState
 from kiln.core.telemetry.flops import count_micro_batch_flops
 from kiln.core.telemetry.memory import grad_bytes
-from kiln.core.telemetry.precision_audit import auditing
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,6 @@ from typing import Any
 import torch
 import torch._dynamo.utils as dynamo_utils
 
-from kiln.core.loop.compile import cache_figures
-
 _MAX_REASONS = 5
 _MAX_REASON_CHARS = 240
 
@@ -211,7 +209,7 @@ class CompileWatch:
             guard failure, i.e. what changed),
             ``compiled_blocks`` (regional compile) and which on-disk caches hit
             (``compile_cache``: cold, warm or partial; see
-            ``kiln.core.loop.compile.cache_figures``).
+            ``cache_figures``).
         """
         self._collect()
         logged = _graph_break_log().breaks.most_common()
@@ -255,3 +253,24 @@ class CompileWatch:
             "compiled code, or set compile.dynamic=true.",
             stacklevel=2,
         )
+
+
+def cache_figures(counters: Any) -> dict[str, int | str | None]:
+    """Which on-disk compile caches hit since dynamo's counters were cleared.
+
+    Returns:
+        ``fx_graph_cache_hits``/``_misses``, ``aot_autograd_cache_hits``/``_misses`` and
+        ``compile_cache``: ``"warm"`` (only hits), ``"cold"`` (only misses), ``"partial"``,
+        or ``None`` when nothing was looked up (eager, or caches off).
+    """
+    inductor, aot = counters["inductor"], counters["aot_autograd"]
+    counts = {
+        "fx_graph_cache_hits": int(inductor["fxgraph_cache_hit"]),
+        "fx_graph_cache_misses": int(inductor["fxgraph_cache_miss"]),
+        "aot_autograd_cache_hits": int(aot["autograd_cache_hit"]),
+        "aot_autograd_cache_misses": int(aot["autograd_cache_miss"]),
+    }
+    hits = counts["fx_graph_cache_hits"] + counts["aot_autograd_cache_hits"]
+    misses = counts["fx_graph_cache_misses"] + counts["aot_autograd_cache_misses"]
+    state = "partial" if hits and misses else "warm" if hits else "cold" if misses else None
+    return {**counts, "compile_cache": state}

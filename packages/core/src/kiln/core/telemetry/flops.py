@@ -23,7 +23,7 @@ from lightning.fabric.utilities.apply_func import (
 from torch.nn.utils.stateless import _reparametrize_module  # pyright: ignore[reportPrivateUsage]
 from torch.utils.flop_counter import FlopCounterMode
 
-from kiln.core.contract import as_dict
+from kiln.core.module_contract import as_dict
 
 log = logging.getLogger(__name__)
 

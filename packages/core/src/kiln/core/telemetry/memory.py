@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from kiln.core.distributed.sharding import local_tensor
+from kiln.core.dtensor import local_tensor
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")

@@ -11,7 +11,7 @@ loaded the job's pickle, seconds after the process started, so SLURM runs
 -u -m submitit.core._submit <folder>``): its first act defers USR2 and TERM, it adds a
 USR2 the batch shell kept for this attempt, and the job replays them once submitit's
 handler is in place (:func:`replay_deferred_signal`). Later, kiln's loop stops at a step
-boundary with a checkpoint (``kiln.core.loop.stop``); a SIGTERM is a preemption when SLURM
+boundary with a checkpoint (``kiln.core.distributed.stop``); a SIGTERM is a preemption when SLURM
 says so (:func:`preempted`), and then requeues the job as USR2 does. A repeat of the signal
 (``--full`` reaches a task directly and through the shell) never requeues a second time
 (:func:`guard_requeue`).
@@ -137,7 +137,7 @@ def requeue_if_preempted(stopped: SystemExit) -> None:
     attempt recorded ``stopped``, nothing new to checkpoint): requeue it if SLURM is
     preempting it, which it does not do itself for a job that ends within its grace time
     (rank 0 requeues and exits; elsewhere this returns)."""
-    from kiln.core.loop.stop import hand_over
+    from kiln.core.distributed.stop import hand_over
 
     if getattr(stopped, "signal_name", None) == "SIGTERM" and preempted():
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue's own SIGTERM
@@ -147,11 +147,11 @@ def requeue_if_preempted(stopped: SystemExit) -> None:
 def guard_requeue() -> None:
     """In the job, once submitit has installed its handlers: submitit's requeue handler
     runs once, and not while kiln's loop is stopping for a signal (kiln hands the stop over
-    itself, ``kiln.core.loop.stop.hand_over``, once the checkpoint and record are written):
+    itself, ``kiln.core.distributed.stop.hand_over``, once the checkpoint and record are written):
     ``scancel --full`` and the batch shell deliver the same USR2 to a task more than once.
     While the loop stops, any further stop signal is dropped (SLURM's SIGKILL ends a stop
     that overruns)."""
-    from kiln.core.loop.stop import ignore_repeated_signals, requested_signal
+    from kiln.core.distributed.stop import ignore_repeated_signals, requested_signal
 
     ignore_repeated_signals(any_signal=True)
     requeue = signal.getsignal(preemption_signal())

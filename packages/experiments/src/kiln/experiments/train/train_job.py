@@ -80,7 +80,7 @@ def _requeue(job: JobInfo, requeued: Requeued) -> dict[str, Any]:
     handler, which requeues it and exits (rank 0) or returns (other ranks)."""
     import signal
 
-    from kiln.core.loop.stop import hand_over
+    from kiln.core.distributed.stop import hand_over
     from kiln.experiments.jobs.lifecycle import one_line_reason
     from kiln.experiments.settings.job_info import write_job_json
 
@@ -120,7 +120,7 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
     is ``auto``; the config may not change what the checkpoint was trained with) and its
     W&B run; one that already ended ``ok`` with the same config is skipped. Each attempt is
     listed in the record's ``attempts``. SIGTERM, SIGINT and SLURM's USR2 stop training at
-    the next step boundary with a checkpoint (``kiln.core.loop.stop``): SIGTERM and SIGINT
+    the next step boundary with a checkpoint (``kiln.core.distributed.stop``): SIGTERM and SIGINT
     leave ``status: stopped`` (``stop_signal`` names the signal); USR2 requeues the job
     through submitit (``status: requeued``, its attempt ``requeued``). A finished job re-run
     with fewer ``trainer.max_steps`` than it has is refused in the config stage; one re-run

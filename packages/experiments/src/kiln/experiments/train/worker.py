@@ -60,8 +60,8 @@ def train_worker(
         ``kiln.core.FitResult`` as a dict.
     """
     from kiln.core import fit, weights_hash
+    from kiln.core.distributed.stop import stop_on_signals
     from kiln.core.distributed.threads import apply_threads_per_rank
-    from kiln.core.loop.stop import stop_on_signals
 
     trainer = settings.trainer
     apply_threads_per_rank(trainer)  # a launched worker's first op is building the model

@@ -29,7 +29,7 @@ from torch.distributed._tools.mod_tracker import ModTracker
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from kiln.core.contract import as_dict
+from kiln.core.module_contract import as_dict
 
 MATMUL_OPS = frozenset(
     {

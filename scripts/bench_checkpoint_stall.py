@@ -32,6 +32,31 @@ def build(width: int, layers: int) -> nn.Module:
     return nn.Sequential(*blocks)
 
 
+def report(
+    parts: dict[str, list[tuple[float, float, float]]],
+    step_s: list[float],
+    state_mb: float,
+    args: argparse.Namespace,
+) -> None:
+    """Print each mode's stall per save and its parts, and the ratio."""
+    print(
+        f"model + AdamW state: {state_mb:.0f} MiB; {args.rounds} saves per mode, interleaved, "
+        f"each followed by {args.steps} steps (median step {statistics.median(step_s):.3f} s)"
+    )
+    header = f"{'save':<6} {'stall per save: median (min-max)':>33}"
+    print(f"{header}  {'call':>6} {'wait':>6} {'slower steps':>12}")
+    stall = {mode: [sum(p) for p in values] for mode, values in parts.items()}
+    for mode, values in parts.items():
+        call, wait, slower = (statistics.median(v) for v in zip(*values, strict=True))
+        low, high = min(stall[mode]), max(stall[mode])
+        print(
+            f"{mode:<6} {statistics.median(stall[mode]):>17.2f} s ({low:.2f}-{high:.2f})"
+            f"      {call:>6.2f} {wait:>6.2f} {slower:>12.2f}"
+        )
+    ratio = statistics.median(stall["sync"]) / max(statistics.median(stall["async"]), 1e-9)
+    print(f"sync / async stall: {ratio:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--width", type=int, default=2048)
@@ -40,13 +65,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="steps after each save")
     parser.add_argument("--rounds", type=int, default=5, help="saves per mode, interleaved")
     parser.add_argument("--dir", type=Path, default=None, help="where to write (a temp dir)")
+    parser.add_argument("--accelerator", default="cpu", help="cpu or cuda")
     args = parser.parse_args()
 
-    fabric = Fabric(accelerator="cpu", devices=1)
+    fabric = Fabric(accelerator=args.accelerator, devices=1)
     torch.manual_seed(0)
     model = fabric.setup_module(build(args.width, args.layers))
     optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=1e-4))
-    batch = torch.randn(args.batch, args.width)
+    batch = torch.randn(args.batch, args.width, device=fabric.device)
 
     def step() -> None:
         loss = model(batch).square().mean()
@@ -59,6 +85,8 @@ def main() -> None:
         for _ in range(n):
             start = time.perf_counter()
             step()
+            if fabric.device.type == "cuda":
+                torch.cuda.synchronize()  # a step's time, not its launch's
             times.append(time.perf_counter() - start)
         return times
 
@@ -89,22 +117,7 @@ def main() -> None:
             writes.wait(fabric)  # the write ends before the next save (as in the loop)
             parts[mode].append((call, time.perf_counter() - start, slower))
 
-    print(
-        f"model + AdamW state: {state_mb:.0f} MiB; {args.rounds} saves per mode, interleaved, "
-        f"each followed by {args.steps} steps (median step {statistics.median(step_s):.3f} s)"
-    )
-    header = f"{'save':<6} {'stall per save: median (min-max)':>33}"
-    print(f"{header}  {'call':>6} {'wait':>6} {'slower steps':>12}")
-    stall = {mode: [sum(p) for p in values] for mode, values in parts.items()}
-    for mode, values in parts.items():
-        call, wait, slower = (statistics.median(v) for v in zip(*values, strict=True))
-        low, high = min(stall[mode]), max(stall[mode])
-        print(
-            f"{mode:<6} {statistics.median(stall[mode]):>17.2f} s ({low:.2f}-{high:.2f})"
-            f"      {call:>6.2f} {wait:>6.2f} {slower:>12.2f}"
-        )
-    ratio = statistics.median(stall["sync"]) / max(statistics.median(stall["async"]), 1e-9)
-    print(f"sync / async stall: {ratio:.2f}x")
+    report(parts, step_s, state_mb, args)
 
 
 if __name__ == "__main__":

@@ -103,3 +103,23 @@ def test_a_circle_is_found_and_named() -> None:
     chain = {"a": {"b": ["x"]}, "b": {"c": ["y"]}}
     assert cycle(chain) is None
     assert cycle({**chain, "c": {"a": ["z"]}}) == ["a", "b", "c", "a"]
+
+
+def test_the_other_packages_use_kiln_core_through_its_public_api() -> None:
+    """kiln.models and kiln.experiments import kiln.core only from ``kiln.core`` or one of its
+    subpackages, and only names in that package's ``__all__``: kiln.core's modules can move
+    without breaking them."""
+    import importlib
+
+    wrong = []
+    for package in ("models", "experiments"):
+        root = SRC / package / "src"
+        for path in sorted(root.rglob("*.py")):
+            for module, line in imports(path):
+                if not module.startswith("kiln.core."):
+                    continue
+                parent, _, name = module.rpartition(".")
+                public = getattr(importlib.import_module(parent), "__all__", None)
+                if parent.count(".") > 2 or public is None or name not in public:
+                    wrong.append(f"{path.relative_to(root)}:{line} imports {module}")
+    assert not wrong, "not kiln.core's public API:\n" + "\n".join(wrong)

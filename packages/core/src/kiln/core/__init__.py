@@ -15,6 +15,10 @@ _EXPORTS = {
     "PRECISIONS": "kiln.core.config",
     "CompileConfig": "kiln.core.config",
     "TrainerConfig": "kiln.core.config",
+    "check_global_batch": "kiln.core.config",
+    "atomic_write": "kiln.core.atomic",
+    "require": "kiln.core.optional",
+    "lazy_package": "kiln.core.lazy",
     "EmptyWindowError": "kiln.core.errors",
     "NonFiniteGradientError": "kiln.core.errors",
     "NonFiniteLossError": "kiln.core.errors",
@@ -43,18 +47,29 @@ __all__ = [
     "NonFiniteWeightsError",
     "PrecisionAudit",
     "TrainerConfig",
+    "atomic_write",
+    "check_global_batch",
     "fit",
     "launch",
+    "lazy_package",
     "precision_audit",
     "rank_seed",
+    "require",
     "unpack_optimizers",
     "weights_hash",
 ]
 lazy_package(__name__, _EXPORTS)
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
+    from kiln.core.atomic import atomic_write
     from kiln.core.checkpoints.rundir import CheckpointDirError, DamagedCheckpointError
-    from kiln.core.config import COMPILE_MODES, PRECISIONS, CompileConfig, TrainerConfig
+    from kiln.core.config import (
+        COMPILE_MODES,
+        PRECISIONS,
+        CompileConfig,
+        TrainerConfig,
+        check_global_batch,
+    )
     from kiln.core.distributed.launch import launch
     from kiln.core.errors import (
         EmptyWindowError,
@@ -66,4 +81,5 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from kiln.core.loop.optim import unpack_optimizers
     from kiln.core.loop.precision_audit import PrecisionAudit, precision_audit
     from kiln.core.loop.seeding import rank_seed, weights_hash
+    from kiln.core.optional import require
     from kiln.core.state import FitResult

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln.core.telemetry.machine import FINGERPRINT_KEYS
+from kiln.core.telemetry import FINGERPRINT_KEYS
 
 CALIBRATION_TOLERANCE = 0.2
 """Calibrations agree when one is within a factor ``1 + CALIBRATION_TOLERANCE`` of the other

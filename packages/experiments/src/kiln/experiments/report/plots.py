@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kiln.core.optional import require
+from kiln.core import require
 from kiln.experiments.report.labels import differing_labels
 
 _LINESTYLES = ["-", "--", ":", "-."]

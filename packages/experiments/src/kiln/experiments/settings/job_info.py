@@ -143,7 +143,7 @@ def machine_info() -> dict[str, Any]:
     load and calibration (:meth:`kiln.experiments.jobs.lifecycle.Lifecycle.measured`)."""
     import torch
 
-    from kiln.core.telemetry.machine import describe_machine
+    from kiln.core.telemetry import describe_machine
 
     cuda = torch.cuda.is_available()
     return {
@@ -179,7 +179,7 @@ def write_job_json(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
     Returns:
         The path written.
     """
-    from kiln.core.atomic import atomic_write
+    from kiln.core import atomic_write
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from kiln.core.config import check_global_batch
+from kiln.core import check_global_batch
 from kiln.experiments.settings.job_info import TRAIN, write_job_json
 
 ATTEMPTS_FILE = "attempts.json"
@@ -115,8 +115,7 @@ def latest_checkpoint_meta(checkpoint_dir: str | None) -> tuple[Path, dict[str, 
     """The newest intact checkpoint in ``checkpoint_dir`` and its metadata, or ``None``: the
     one ``fit`` resumes from (a damaged one, e.g. a flipped byte or a truncated shard, is
     skipped as ``fit`` skips it, so the attempt records the step it really starts from)."""
-    from kiln.core.checkpoints.load import read_checkpoint_meta
-    from kiln.core.checkpoints.lookup import checkpoint_candidates, damage
+    from kiln.core.checkpoints import checkpoint_candidates, damage, read_checkpoint_meta
 
     if checkpoint_dir is None or not Path(checkpoint_dir).is_dir():
         return None
@@ -141,9 +140,12 @@ def explicit_checkpoint_meta(resume: str) -> dict[str, Any]:
             its newest checkpoint.
         DamagedCheckpointError: It is damaged (checksum, CRC-32, truncated) or not kiln's.
     """
-    from kiln.core.checkpoints.load import read_checkpoint_meta
-    from kiln.core.checkpoints.lookup import check_not_a_plain_directory, damage
-    from kiln.core.checkpoints.rundir import DamagedCheckpointError
+    from kiln.core.checkpoints import (
+        DamagedCheckpointError,
+        check_not_a_plain_directory,
+        damage,
+        read_checkpoint_meta,
+    )
 
     if not resume.strip():  # `trainer.resume=` on the command line: Path("") is the cwd
         raise ValueError(
@@ -217,8 +219,8 @@ def threads_change(path: Path, saved: int | None, resolved: dict[str, Any]) -> s
     ranks computed with ``saved`` intra-op threads and this job's get another count
     (``trainer.threads_per_rank``, or its default on this node and world size); ``None``
     when the counts agree or the checkpoint predates the record."""
-    from kiln.core.config import TrainerConfig
-    from kiln.core.distributed.threads import threads_per_rank
+    from kiln.core import TrainerConfig
+    from kiln.core.distributed import threads_per_rank
 
     devices, nodes = (_select(resolved, f"trainer.{k}") or 1 for k in ("devices", "num_nodes"))
     chosen = _select(resolved, "trainer.threads_per_rank")
@@ -283,7 +285,7 @@ def _check_layout(path: Path, resolved: dict[str, Any]) -> None:
     Raises:
         ResumeConfigError: A one-file checkpoint and ``trainer.strategy=fsdp``.
     """
-    from kiln.core.checkpoints.lookup import is_legacy
+    from kiln.core.checkpoints import is_legacy
 
     if is_legacy(path) and _select(resolved, "trainer.strategy") == "fsdp":
         raise ResumeConfigError(
@@ -300,8 +302,7 @@ def check_claim(resolved: dict[str, Any], checkpoint: Path | None) -> None:
     Raises:
         CheckpointDirError: The directory cannot hold this run; the message says why.
     """
-    from kiln.core.checkpoints.load import read_checkpoint_meta
-    from kiln.core.checkpoints.rundir import plan_claim
+    from kiln.core.checkpoints import plan_claim, read_checkpoint_meta
 
     trainer = resolved["trainer"]
     if trainer.get("checkpoint_dir") is None:
@@ -361,7 +362,7 @@ def _where() -> dict[str, Any]:
     node of the job (a node failure names the nodes the attempt had)."""
     import socket
 
-    from kiln.core.telemetry.machine import expand_hostlist
+    from kiln.core.telemetry import expand_hostlist
 
     where: dict[str, Any] = {"host": socket.gethostname()}
     nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")

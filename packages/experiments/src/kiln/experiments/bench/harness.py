@@ -437,6 +437,6 @@ def _compile_caches(cold: bool) -> contextlib.AbstractContextManager:
 
 def _compile_stats(watch: CompileWatch) -> dict[str, Any]:
     """Graph breaks, recompiles and torch's own compile seconds (all frames, lazy backward)."""
-    stats = watch.snapshot()
+    stats: dict[str, Any] = {**watch.snapshot()}
     stats["dynamo_compile_time_s"] = stats.pop("compile_time_s")
     return stats

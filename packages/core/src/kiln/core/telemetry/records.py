@@ -118,7 +118,7 @@ class Telemetry(TypedDict, total=False):
     """This attempt's whole fit: setup, compile, every step, validation, checkpoints."""
 
 
-class GpuInfo(TypedDict):
+class GpuInfo(TypedDict, total=False):
     """The GPUs NVML sees (empty on a CPU machine)."""
 
     gpu_names: list[str]

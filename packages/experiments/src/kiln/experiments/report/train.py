@@ -320,7 +320,7 @@ def _measured_ratio(
 
 
 def _telemetry(record: dict[str, Any]) -> Telemetry:
-    return TrainRecord.from_json(record).telemetry
+    return TrainRecord.from_json(record).telemetry or {}  # a file may hold null
 
 
 def noise_marked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ from torch import nn
 
 from kiln.core import CompileConfig
 from kiln.experiments.bench.harness import disable_dropout, run_benchmark
+from kiln.experiments.bench.record import BenchResult
 
 AOT = {"backend": "aot_eager"}  # compiles in a second; inductor's speed is not the point here
 
@@ -62,6 +63,7 @@ def test_compiled_matches_eager():
     assert result["compile_time_s"] > 0 and result["dynamo_compile_time_s"] > 0
     assert result["graph_breaks"] == 0 and result["recompiles"] == 0
     assert result["memory_eager_mb"] > 0 and result["memory_compiled_mb"] > 0
+    assert set(result) == BenchResult.__optional_keys__ - {"traceback", "noisy_machine"}
 
 
 def test_bf16_mixed_within_its_tolerance():
@@ -112,6 +114,7 @@ def test_an_exception_is_an_error_row():
     result = run_benchmark(Tiny(boom), batch(), compile_cfg=CompileConfig(mode="none"), **FAST)
     assert result["status"] == "error"
     assert "first step" in result["reason"] and "model exploded" in result["reason"]
+    assert set(result) < BenchResult.__optional_keys__  # the type names every key written
 
 
 def test_fp16_amp_needs_cuda():

@@ -18,11 +18,11 @@ from kiln.experiments.report.plots import (
     speedup_figure,
     throughput_figure,
 )
+from kiln.experiments.report.rows import SPEEDUP
 from kiln.experiments.report.train import train_rows
 
 matplotlib.use("Agg")
 SHARED = ["debug=fast", "trainer.max_steps=40"]
-SPEEDUP = ("speedup_vs_eager", "speedup_ci_low", "speedup_ci_high", "speedup_noise")
 
 
 def record(precision, mode, step_s, seed, losses=None):
@@ -111,7 +111,7 @@ def test_a_training_sweep_gets_a_speedup_plot_with_intervals_and_untrusted_bars_
     ax = fig.axes[0]
     bars = ax.patches[: len(rows)]
     assert [b.get_hatch() for b in bars] == ["//", "//", None, None]
-    assert [b.get_height() for b in bars] == pytest.approx([r[SPEEDUP[0]] for r in rows])
+    assert [b.get_height() for b in bars] == pytest.approx([r[SPEEDUP.value] for r in rows])
     (errorbars,) = [c for c in ax.containers if hasattr(c, "has_yerr") and c.has_yerr]
     segments = errorbars.lines[2][0].get_segments()
     for (low, high), row in zip(segments, rows, strict=True):

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from kiln.core.config import TrainerConfig
     from kiln.core.hooks import CallbackStates, StepHooks
     from kiln.core.telemetry.compile_watch import CompileWatch
+    from kiln.core.telemetry.records import Telemetry
     from kiln.core.telemetry.step_timer import StepTimer
 
 
@@ -32,7 +33,7 @@ class FitResult:
     epoch: int
     metrics: dict[str, float] = field(default_factory=dict)
     train_loss: float | None = None
-    telemetry: dict[str, Any] = field(default_factory=dict)
+    telemetry: Telemetry = field(default_factory=lambda: {})
     history: list[dict[str, Any]] = field(default_factory=list)
     # each validation's metrics with its "step" (carried in checkpoints, like history)
     validation_history: list[dict[str, Any]] = field(default_factory=list)
@@ -89,14 +90,14 @@ class RunState:
         self.stop_reason = state.get("stop_reason")
         self.run_id = state.get("run_id")
 
-    def result(self, telemetry: dict[str, Any] | None = None) -> FitResult:
+    def result(self, telemetry: Telemetry | None = None) -> FitResult:
         """The run so far as a :class:`FitResult` (copies: the run may go on)."""
         return FitResult(
             global_step=self.global_step,
             epoch=self.epoch,
             metrics=dict(self.metrics),
             train_loss=self.history[-1]["train/loss"] if self.history else None,
-            telemetry=dict(telemetry or {}),
+            telemetry=telemetry.copy() if telemetry else {},
             history=list(self.history),
             validation_history=list(self.validation_history),
             checkpoint=self.checkpoint,

@@ -51,6 +51,7 @@ from kiln.core.loop.step import train_step
 from kiln.core.state import Context, FitResult, RunState
 from kiln.core.telemetry.flops import flops_telemetry, peak_flops_per_s
 from kiln.core.telemetry.memory import device_peak_memory_mb, state_bytes
+from kiln.core.telemetry.records import Telemetry
 
 # the exceptions and the result are importable beside fit, the function that raises them
 __all__ = ["EmptyWindowError", "FitResult", "NonFiniteGradientError", "NonFiniteLossError", "fit"]
@@ -167,7 +168,7 @@ def finish(ctx: Context, run: RunState) -> FitResult:
         at_max_steps = ctx.total_steps == trainer.max_steps
         run.stop_reason = "max_steps" if at_max_steps else "max_epochs"
     timing = ctx.timer.summary(trainer.warmup_steps)
-    telemetry = {
+    telemetry: Telemetry = {
         **ctx.watch.snapshot(),
         **timing,
         # the measured steps' own times: what a report bootstraps a speedup's interval from
@@ -186,10 +187,11 @@ def finish(ctx: Context, run: RunState) -> FitResult:
         "grad_bytes": run.grad_bytes,
         "activation_checkpointing": ctx.activation_checkpointing,
         "skipped_steps": run.skipped_steps,
-        **({"precision_audit": run.precision_audit} if run.precision_audit else {}),
         # this attempt's whole fit: setup, compile, every step, validation, checkpoints
         "total_time_s": time.perf_counter() - run.started_at,
     }
+    if run.precision_audit:
+        telemetry["precision_audit"] = run.precision_audit
     if fabric.is_global_zero and fabric.loggers and run.stop_reason != "signal":
         fabric.log_dict(  # once, at the run's real end (not where a signal paused it)
             {f"telemetry/{k}": v for k, v in telemetry.items() if isinstance(v, int | float)},

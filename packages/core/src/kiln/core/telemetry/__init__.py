@@ -11,6 +11,12 @@ from typing import TYPE_CHECKING
 from kiln.core.lazy import lazy_package
 
 _EXPORTS = {
+    "GpuInfo": "kiln.core.telemetry.records",
+    "Telemetry": "kiln.core.telemetry.records",
+    "Machine": "kiln.core.telemetry.records",
+    "LoadSample": "kiln.core.telemetry.records",
+    "GpuLoad": "kiln.core.telemetry.records",
+    "Calibration": "kiln.core.telemetry.records",
     "CompileWatch": "kiln.core.telemetry.compile_watch",
     "FINGERPRINT_KEYS": "kiln.core.telemetry.machine",
     "calibrate_under_load": "kiln.core.telemetry.machine",
@@ -23,7 +29,13 @@ _EXPORTS = {
 }
 __all__ = [
     "FINGERPRINT_KEYS",
+    "Calibration",
     "CompileWatch",
+    "GpuInfo",
+    "GpuLoad",
+    "LoadSample",
+    "Machine",
+    "Telemetry",
     "calibrate_under_load",
     "describe_machine",
     "expand_hostlist",
@@ -44,3 +56,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         usable_cores,
     )
     from kiln.core.telemetry.memory import reset_cpu_peak, status_kb, tensor_bytes
+    from kiln.core.telemetry.records import (
+        Calibration,
+        GpuInfo,
+        GpuLoad,
+        LoadSample,
+        Machine,
+        Telemetry,
+    )

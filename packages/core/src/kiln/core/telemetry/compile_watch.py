@@ -12,10 +12,12 @@ import re
 import warnings
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch._dynamo.utils as dynamo_utils
+
+from kiln.core.telemetry.records import CacheFigures, CompileFigures
 
 _MAX_REASONS = 5
 _MAX_REASON_CHARS = 240
@@ -195,7 +197,7 @@ class CompileWatch:
                 break
         return [f"{where}: {reason}" for where, reason in reasons.items()]
 
-    def snapshot(self) -> dict[str, float | int | list[str] | str | None]:
+    def snapshot(self) -> CompileFigures:
         """Compile figures since :meth:`start`.
 
         Returns:
@@ -232,7 +234,8 @@ class CompileWatch:
             "graph_break_sites": sites,
             "recompile_reasons": list(self._recompile_reasons),
             "compiled_blocks": self.compiled_blocks,
-            **cache_figures(dynamo_utils.counters),
+            # the loop's cache_figures returns CacheFigures' keys (its annotation is a dict)
+            **cast(CacheFigures, cache_figures(dynamo_utils.counters)),
         }
 
     def check(self) -> None:

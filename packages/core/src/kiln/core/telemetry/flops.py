@@ -24,6 +24,7 @@ from torch.nn.utils.stateless import _reparametrize_module  # pyright: ignore[re
 from torch.utils.flop_counter import FlopCounterMode
 
 from kiln.core.module_contract import as_dict
+from kiln.core.telemetry.records import FlopFigures
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ def flops_telemetry(
     world_size: int,
     step_time_s: float | None,
     peak: float | None,
-) -> dict[str, float | int | None]:
+) -> FlopFigures:
     """``flops_per_step`` (all ranks), ``achieved_flops_per_s`` and ``mfu`` of a run.
 
     Args:

@@ -30,6 +30,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:  # kiln-report reads records with FINGERPRINT_KEYS, without torch
     import torch
 
+from kiln.core.telemetry.records import (
+    Calibration,
+    CalibrationFigures,
+    GpuInfo,
+    GpuLoad,
+    LoadSample,
+    Machine,
+)
+
 T = TypeVar("T")
 
 CALIBRATION_BUDGET_S = 0.15
@@ -128,7 +137,7 @@ def usable_cores(ranks_on_node: int = 1) -> int:
     return max(1, min(n for n in limits if n is not None))
 
 
-def _gpus(nvml: Any | None) -> dict[str, Any]:
+def _gpus(nvml: Any | None) -> GpuInfo:
     if nvml is None:
         return {"gpu_names": [], "gpu_count": 0, "gpu_driver": None, "gpu_cuda_driver": None}
     count = nvml.nvmlDeviceGetCount()
@@ -142,7 +151,7 @@ def _gpus(nvml: Any | None) -> dict[str, Any]:
     }
 
 
-def describe_machine() -> dict[str, Any]:
+def describe_machine() -> Machine:
     """The machine's fingerprint and versions (static for a job's lifetime).
 
     Returns:
@@ -273,8 +282,8 @@ def _busy_ticks() -> int:
     return sum(values) - values[3] - values[4]
 
 
-def _gpu_load(nvml: Any, tree: set[int]) -> list[dict[str, Any]]:
-    gpus: list[dict[str, Any]] = []
+def _gpu_load(nvml: Any, tree: set[int]) -> list[GpuLoad]:
+    gpus: list[GpuLoad] = []
     for i in range(nvml.nvmlDeviceGetCount()):
         handle = nvml.nvmlDeviceGetHandleByIndex(i)
         others = [
@@ -292,7 +301,7 @@ def _gpu_load(nvml: Any, tree: set[int]) -> list[dict[str, Any]]:
     return gpus
 
 
-def load_during(work: Callable[[], T]) -> tuple[T, dict[str, Any]]:
+def load_during(work: Callable[[], T]) -> tuple[T, LoadSample]:
     """``work()``'s result, and how busy the machine was with work other than this job while
     it ran.
 
@@ -304,7 +313,11 @@ def load_during(work: Callable[[], T]) -> tuple[T, dict[str, Any]]:
         ``other_processes`` and ``other_memory_mb``. ``other_cpu_cores`` is ``None`` where
         ``/proc`` cannot be read.
     """
-    sample: dict[str, Any] = {"loadavg_1m": os.getloadavg()[0]}
+    sample: LoadSample = {
+        "loadavg_1m": os.getloadavg()[0],
+        "window_s": 0.0,
+        "other_cpu_cores": None,
+    }
     tick: int | None = None
     busy = own = 0
     try:
@@ -361,7 +374,7 @@ def calibrate(
     device: str | torch.device = "cpu",
     precision: str = "32-true",
     budget_s: float = CALIBRATION_BUDGET_S,
-) -> dict[str, Any]:
+) -> Calibration:
     """A fixed device benchmark of about ``2 * budget_s`` seconds: square matmuls in the
     precision's dtype, then a float32 device-to-device copy. On the CPU it runs on
     :func:`usable_cores` threads whatever the job's ``threads_per_rank``: it measures the
@@ -388,7 +401,7 @@ def calibrate(
     return {**result, "seconds": round(time.perf_counter() - started, 3)}
 
 
-def _calibrate(device: torch.device, precision: str, budget_s: float) -> dict[str, Any]:
+def _calibrate(device: torch.device, precision: str, budget_s: float) -> CalibrationFigures:
     import torch
 
     dtype = calibration_dtype(precision)
@@ -425,7 +438,7 @@ def _calibrate(device: torch.device, precision: str, budget_s: float) -> dict[st
 
 def calibrate_under_load(
     device: str | torch.device = "cpu", precision: str = "32-true"
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[Calibration, LoadSample]:
     """:func:`calibrate`, and the load other work put on the machine while it ran
     (:func:`load_during`): the load that could have slowed that very calibration, in one
     sub-second window instead of a calibration and a separate idle one."""

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from kiln.core.dtensor import local_tensor
+from kiln.core.telemetry.records import StateBytes
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -47,7 +48,7 @@ def grad_bytes(module: torch.nn.Module) -> int:
     return tensor_bytes(p.grad for p in module.parameters())
 
 
-def state_bytes(module: torch.nn.Module, optimizer: Any) -> dict[str, int]:
+def state_bytes(module: torch.nn.Module, optimizer: Any) -> StateBytes:
     """This rank's ``param_bytes`` and ``optimizer_state_bytes`` (its shard under FSDP)."""
     tensors: list[torch.Tensor] = []
     for state in optimizer.state.values():

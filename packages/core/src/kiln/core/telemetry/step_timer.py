@@ -16,6 +16,8 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from kiln.core.telemetry.records import StepTimes
+
 MAX_STEP_TIMES = 1000
 """At most this many step times go into a run's telemetry (``step_times_s``)."""
 
@@ -116,7 +118,7 @@ class StepTimer:
         samples = self._cum_samples[-1] - self._cum_samples[first]
         return samples / seconds if seconds > 0 else None
 
-    def summary(self, warmup_steps: int) -> dict[str, float | int | None]:
+    def summary(self, warmup_steps: int) -> StepTimes:
         """Step-time figures over the steps after the first ``warmup_steps``.
 
         When the run has no more steps than the warm-up, all steps are used (so short runs
@@ -143,7 +145,7 @@ class StepTimer:
         q25, median, q75 = np.percentile(seconds, [25, 50, 75])
         total = self._cum_seconds[-1] - self._cum_seconds[first]
         samples = self._cum_samples[-1] - self._cum_samples[first]
-        result: dict[str, float | int | None] = {
+        result: StepTimes = {
             "step_time_median_s": float(median),
             "step_time_iqr_s": float(q75 - q25),
             "samples_per_s": samples / total if total > 0 else None,

@@ -31,8 +31,8 @@ import copy
 import math
 import time
 import traceback
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 import torch
 from lightning.fabric.plugins import DoublePrecision, HalfPrecision, MixedPrecision, Precision
@@ -42,7 +42,7 @@ from torch import nn
 from kiln.core import PRECISIONS, CompileConfig
 from kiln.core.loop import unpack_optimizers
 from kiln.core.telemetry import CompileWatch
-from kiln.experiments.bench.fields import MEMORY_KEYS
+from kiln.experiments.bench.record import BenchResult
 from kiln.experiments.bench.stats import speedup_stats
 from kiln.experiments.bench.step_memory import variant_peak_memory_mb
 from kiln.experiments.jobs.stages import stage, stage_of
@@ -72,7 +72,7 @@ CONTROL_BAND = (0.95, 1.05)
 interval that excludes 1.0, it says the machine was too noisy for the figures it ran with."""
 
 
-def control_noise(result: dict[str, Any]) -> str | None:
+def control_noise(result: Mapping[str, object]) -> str | None:
     """Why a control's ``result`` (``compile=none``) says the machine was noisy, or ``None``."""
     speedup, low, high = (result.get(k) for k in ("speedup", "speedup_ci_low", "speedup_ci_high"))
     if not isinstance(speedup, int | float):
@@ -264,7 +264,7 @@ def run_benchmark(
     tolerance: float | None = None,
     seed: int = 0,
     cold_compile: bool = True,
-) -> dict[str, Any]:
+) -> BenchResult:
     """Benchmark eager against compiled training steps of ``module`` on ``batch``.
 
     Args:
@@ -297,7 +297,7 @@ def run_benchmark(
         )
     compile_cfg = compile_cfg or CompileConfig(mode="none")
     tol = TOLERANCES.get(precision, 1e-2) if tolerance is None else tolerance
-    result: dict[str, Any] = {
+    result: BenchResult = {
         "status": "error",
         "reason": None,
         "precision": precision,
@@ -335,10 +335,10 @@ def run_benchmark(
             if memory_steps:
                 result.update(_peak_memory(eager, compiled, batch, memory_steps))
             result.update(_compile_stats(watch))
-        result.update(_verdict(result["accuracy"]))
+        result.update(_verdict(result.get("accuracy") or {}))
         if result["control"]:  # nothing compiled: its first step is no compile time
-            result.update(compile_time_s=None, dynamo_compile_time_s=None)
-            result.update(noisy_machine=control_noise(result))
+            result["compile_time_s"] = result["dynamo_compile_time_s"] = None
+            result["noisy_machine"] = control_noise(result)
     except Exception as exc:  # a failing model is a row of the table, never a crashed sweep
         result["status"] = "error"
         reason = f"{type(exc).__name__}: {str(exc).strip()[:500]}"
@@ -356,7 +356,7 @@ def run_benchmark(
 
 def _first_steps(
     eager: _Variant, compiled: _Variant, batch: Any, seed: int, cold: bool, tol: float
-) -> dict[str, Any]:
+) -> BenchResult:
     """Each variant's first step from the same seed: accuracy, and the compile time."""
     first_eager: dict = {}
     first_compiled: dict = {}
@@ -373,7 +373,7 @@ def _first_steps(
     }
 
 
-def _timed_pairs(eager: _Variant, compiled: _Variant, batch: Any, repeats: int) -> dict[str, Any]:
+def _timed_pairs(eager: _Variant, compiled: _Variant, batch: Any, repeats: int) -> BenchResult:
     """``repeats`` interleaved eager/compiled steps, their times and speedup statistics."""
     eager_s, compiled_s = [], []
     for i in range(repeats):
@@ -393,17 +393,17 @@ def _timed_pairs(eager: _Variant, compiled: _Variant, batch: Any, repeats: int) 
     }
 
 
-def _peak_memory(eager: _Variant, compiled: _Variant, batch: Any, steps: int) -> dict[str, Any]:
+def _peak_memory(eager: _Variant, compiled: _Variant, batch: Any, steps: int) -> BenchResult:
     """Each variant's peak memory (:mod:`kiln.experiments.bench.step_memory`) and their ratio."""
     mem_e, mem_c = (
         variant_peak_memory_mb(lambda v=v: v.step(batch), v.module, v.optimizer, v.device, steps)
         for v in (eager, compiled)
     )
     ratio = mem_c / mem_e if mem_e and mem_c is not None else None
-    return dict(zip(MEMORY_KEYS, (mem_e, mem_c, ratio), strict=True))
+    return {"memory_eager_mb": mem_e, "memory_compiled_mb": mem_c, "memory_ratio": ratio}
 
 
-def _verdict(accuracy: dict[str, Any]) -> dict[str, Any]:
+def _verdict(accuracy: dict[str, Any]) -> BenchResult:
     """``pass`` when the accuracy check passed, else ``fail`` with the numbers that failed."""
     if accuracy["ok"]:
         return {"status": "pass"}
@@ -435,8 +435,8 @@ def _compile_caches(cold: bool) -> contextlib.AbstractContextManager:
     return stack
 
 
-def _compile_stats(watch: CompileWatch) -> dict[str, Any]:
+def _compile_stats(watch: CompileWatch) -> BenchResult:
     """Graph breaks, recompiles and torch's own compile seconds (all frames, lazy backward)."""
-    stats = watch.snapshot()
+    stats: dict[str, Any] = {**watch.snapshot()}
     stats["dynamo_compile_time_s"] = stats.pop("compile_time_s")
-    return stats
+    return cast(BenchResult, stats)  # CompileFigures' keys, compile_time_s renamed

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from kiln.experiments.bench.record import SpeedupStats
+
 
 def geomean(values: Iterable[float]) -> float | None:
     """Geometric mean of positive ``values``; ``None`` when there are none.
@@ -148,7 +150,7 @@ def band_ratio_interval(
     return float(low), float(high)
 
 
-def speedup_stats(eager_s: Sequence[float], compiled_s: Sequence[float]) -> dict[str, float | bool]:
+def speedup_stats(eager_s: Sequence[float], compiled_s: Sequence[float]) -> SpeedupStats:
     """Speedup of interleaved timings: median eager / median compiled, spread and interval.
 
     ``eager_s[i]`` and ``compiled_s[i]`` are the i-th pair of an A B A B ... sequence; the

@@ -68,8 +68,8 @@ def job_table(summary: dict[str, Any] | TrainRecord) -> Table:
         table.add_row("FLOPs/step", fmt(flops["flops_per_step"], "flops_per_step"))
         table.add_row("achieved TFLOP/s", fmt(flops["achieved_tflops_per_s"]))
         table.add_row("MFU", mfu_text(flops))
-        if telemetry.get("compile_cache"):
-            table.add_row("compile cache", str(telemetry["compile_cache"]))
+        if cache := telemetry.get("compile_cache"):
+            table.add_row("compile cache", cache)
     for key, value in telemetry.items():
         if key in _OWN_ROWS or not isinstance(value, int | float):
             continue  # lists (graph-break reasons) are in summary.json and W&B

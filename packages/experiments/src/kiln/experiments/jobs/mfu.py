@@ -7,9 +7,21 @@ GPU), which the tables say instead of a dash.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 from kiln.experiments.jobs.train_record import TrainRecord
+
+
+class MfuFields(TypedDict):
+    """A record's FLOPs and MFU cells."""
+
+    flops_per_step: int | float | None
+    achieved_tflops_per_s: float | None
+    mfu: float | None
+    """A fraction of the devices' peak."""
+    mfu_na: str | None
+    """Why there is no MFU (``"cpu"``, ``"peak unknown"``, ``"flops not counted"``)."""
 
 
 def _on_cpu(record: TrainRecord) -> bool:
@@ -19,12 +31,15 @@ def _on_cpu(record: TrainRecord) -> bool:
     return not (record.machine or {}).get("device_count")
 
 
-def mfu_fields(record: TrainRecord) -> dict[str, Any]:
-    """``flops_per_step``, ``achieved_tflops_per_s``, ``mfu`` (a fraction) and ``mfu_na``:
-    why there is no MFU (``"cpu"``, ``"peak unknown"``, ``"flops not counted"``), else ``None``.
-    """
-    tel = record.telemetry or {}
-    flops, achieved, mfu = (tel.get(k) for k in ("flops_per_step", "achieved_flops_per_s", "mfu"))
+def mfu_fields(record: TrainRecord) -> MfuFields:
+    """The record's :class:`MfuFields` (numbers an older file holds as anything else are
+    ``None``)."""
+    tel = record.telemetry or {}  # a file may hold null
+    flops, achieved, mfu = (
+        tel.get("flops_per_step"),
+        tel.get("achieved_flops_per_s"),
+        tel.get("mfu"),
+    )
     na = None
     if not isinstance(mfu, int | float):
         mfu = None
@@ -40,7 +55,7 @@ def mfu_fields(record: TrainRecord) -> dict[str, Any]:
     }
 
 
-def mfu_text(fields: dict[str, Any]) -> str:
+def mfu_text(fields: Mapping[str, Any]) -> str:
     """The MFU cell: ``"41.2%"`` or ``"n/a (cpu)"``."""
     if fields["mfu"] is not None:
         return f"{fields['mfu']:.1%}"

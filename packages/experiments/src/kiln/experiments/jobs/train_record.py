@@ -12,6 +12,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from kiln.core.telemetry import Telemetry
+from kiln.experiments.settings.job_info import JobMachine
+
 FROM_FIT = {"from_fit": True}
 """The metadata of a field ``fit`` fills: copied from its result (``kiln.core.FitResult`` plus
 the weights hash) into the record when training ends."""
@@ -73,7 +76,7 @@ class TrainRecord:
     """``max_steps``, ``max_epochs``, ``signal`` or a callback's reason."""
     stop_signal: str | None = field(default=None, metadata=FROM_FIT)
     """With ``stop_reason == "signal"``: the signal's name."""
-    telemetry: dict[str, Any] = field(default_factory=dict, metadata=FROM_FIT)
+    telemetry: Telemetry = field(default_factory=lambda: Telemetry(), metadata=FROM_FIT)
     history: list[dict[str, Any]] = field(default_factory=list, metadata=FROM_FIT)
     validation_history: list[dict[str, Any]] = field(default_factory=list, metadata=FROM_FIT)
     """Every validation's ``val/`` metrics with its ``step``, over all attempts."""
@@ -84,7 +87,9 @@ class TrainRecord:
     compile_trace: dict[str, Any] | None = None
     """With ``compile.trace=true``: where torch's trace and the tlparse report are kept."""
     # where and how it ran
-    machine: dict[str, Any] | None = None
+    machine: JobMachine | None = None
+    """The machine it ran on, with its calibrations and load
+    (:func:`kiln.experiments.settings.job_info.machine_info`)."""
     wandb: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
     """The resolved config."""

@@ -40,6 +40,7 @@ from kiln.experiments.report.render import (
     markdown_table,
     write_csv,
 )
+from kiln.experiments.report.rows import RATIOS
 from kiln.experiments.report.study import log_params, study_params, study_plots, study_rows
 from kiln.experiments.report.terminal import print_header, print_tables
 from kiln.experiments.report.train import NOISE_RULE, loss_curves, noise_marked, train_rows
@@ -79,50 +80,13 @@ _TRAIN_LAST = [
     "state_mb",
     "recompiles",
     "graph_breaks",
-    "speedup_vs_eager",
-    "speedup_ci_low",
-    "speedup_ci_high",
-    "speedup_noise",
-    "speedup_verdict",
-    "speedup_bootstrap",
-    "scaling_efficiency",
-    "scaling_ci_low",
-    "scaling_ci_high",
-    "scaling_noise",
-    "scaling_verdict",
-    "scaling_bootstrap",
-    "speedup_vs_ddp",
-    "strategy_ci_low",
-    "strategy_ci_high",
-    "strategy_noise",
-    "strategy_verdict",
-    "strategy_bootstrap",
+    *(column for names in RATIOS for column in names.all),
     "memory_vs_ddp",
     "state_vs_ddp",
     "error",
 ]
 # in the CSV only: the printed tables fold them into the figure's cell
-_CSV_ONLY = (
-    "mfu_na",
-    "speedup_ci_low",
-    "speedup_ci_high",
-    "speedup_noise",
-    "speedup_verdict",
-    "speedup_bootstrap",
-    "scaling_ci_low",
-    "scaling_ci_high",
-    "scaling_noise",
-    "scaling_verdict",
-    "scaling_bootstrap",
-    "strategy_ci_low",
-    "strategy_ci_high",
-    "strategy_noise",
-    "strategy_verdict",
-    "strategy_bootstrap",
-)
-
-
-_BOOTSTRAPS = ("speedup_bootstrap", "scaling_bootstrap", "strategy_bootstrap")
+_CSV_ONLY = ("mfu_na", *(column for names in RATIOS for column in names.details))
 
 
 def build_report(
@@ -191,7 +155,7 @@ def train_section(
     files.append(write_csv(out / "train_runs.csv", rows, columns))
     shown_columns = [c for c in columns if c not in _CSV_ONLY]
     shown["train_runs"] = (shown_columns, noise_marked(rows))
-    boots = sorted({str(r[c]) for r in rows for c in _BOOTSTRAPS if r.get(c)})
+    boots = sorted({str(r[n.bootstrap]) for r in rows for n in RATIOS if r.get(n.bootstrap)})
     said = f"Intervals bootstrapped {'; '.join(boots)}." if boots else ""
     lines += [
         "",

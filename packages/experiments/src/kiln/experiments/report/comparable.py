@@ -9,9 +9,10 @@ compares two such records and says why the ratio is not a result, if it is not.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from kiln.core.telemetry import FINGERPRINT_KEYS
+from kiln.core.telemetry import FINGERPRINT_KEYS, Calibration, GpuLoad
+from kiln.experiments.settings.job_info import JobMachine
 
 CALIBRATION_TOLERANCE = 0.2
 """Calibrations agree when one is within a factor ``1 + CALIBRATION_TOLERANCE`` of the other
@@ -40,24 +41,27 @@ _NAMES = {
 _CALIBRATION_RATES = ("matmul_gflop_per_s", "copy_gb_per_s")
 
 
-def _other_cores(machine: dict[str, Any]) -> float | None:
+def _other_cores(machine: JobMachine) -> float | None:
     """The most cores' worth of CPU other processes used, at the job's start or end."""
-    values = [(machine.get(k) or {}).get("other_cpu_cores") for k in ("load_start", "load_end")]
+    loads = [machine.get("load_start"), machine.get("load_end")]
+    values = [load.get("other_cpu_cores") for load in loads if load]
     values = [v for v in values if isinstance(v, int | float)]
     return max(values) if values else None
 
 
-def _gpu_reasons(run: dict[str, Any], base: dict[str, Any]) -> list[str]:
-    reasons = []
+def _gpus(machine: JobMachine, key: Literal["load_start", "load_end"]) -> list[GpuLoad]:
+    load = machine.get(key)
+    return (load.get("gpus") if load else None) or []
+
+
+def _gpu_reasons(run: JobMachine, base: JobMachine) -> list[str]:
+    reasons: list[str] = []
     for name, machine in (("this run", run), ("the base run", base)):
         for key in ("load_start", "load_end"):
-            if any(g.get("other_processes") for g in (machine.get(key) or {}).get("gpus") or []):
+            if any(g.get("other_processes") for g in _gpus(machine, key)):
                 reasons.append(f"other processes on the GPU of {name}")
                 break
-    clocks = [
-        [g.get("sm_clock_mhz") for g in (m.get("load_start") or {}).get("gpus") or []]
-        for m in (run, base)
-    ]
+    clocks = [[g.get("sm_clock_mhz") for g in _gpus(m, "load_start")] for m in (run, base)]
     if all(clocks) and clocks[0][0] and clocks[1][0]:
         ratio = clocks[0][0] / clocks[1][0]
         if not 1 / (1 + CALIBRATION_TOLERANCE) <= ratio <= 1 + CALIBRATION_TOLERANCE:
@@ -65,9 +69,9 @@ def _gpu_reasons(run: dict[str, Any], base: dict[str, Any]) -> list[str]:
     return reasons
 
 
-def _calibration_reasons(run: dict[str, Any], base: dict[str, Any]) -> list[str]:
+def _calibration_reasons(cals: list[tuple[Calibration, Calibration]]) -> list[str]:
+    """Why this run's and the base run's calibrations (each before and after) disagree."""
     low, high = 1 / (1 + CALIBRATION_TOLERANCE), 1 + CALIBRATION_TOLERANCE
-    cals = [[m.get("calibration_before"), m.get("calibration_after")] for m in (run, base)]
     reasons = []
     for rate in _CALIBRATION_RATES:
         if (
@@ -120,8 +124,10 @@ def verdict(run: dict[str, Any], base: dict[str, Any]) -> str | None:
         machine records; else ``"confounded: <reasons>"`` (``other GPU (A100 vs H100)``,
         ``calibration 0.55x``, ``load 2.1 vs 0.3 cores``, ``busy machine ...``).
     """
-    machines = [r.get("machine") or {} for r in (run, base)]
-    if not all(m.get("calibration_before") and m.get("calibration_after") for m in machines):
+    machines: list[JobMachine] = [r.get("machine") or JobMachine() for r in (run, base)]
+    cals = [(m.get("calibration_before"), m.get("calibration_after")) for m in machines]
+    both = [(before, after) for before, after in cals if before and after]
+    if len(both) < len(cals):
         return "unverified: no machine record"
     mine, theirs = machines
     reasons = [
@@ -142,7 +148,7 @@ def verdict(run: dict[str, Any], base: dict[str, Any]) -> str | None:
                 reasons.append(f"busy machine in {name} (others used {load:.1f} of {cores} cores)")
     reasons += _gpu_reasons(mine, theirs)
     if not other_hardware:
-        calibration = _calibration_reasons(mine, theirs)
+        calibration = _calibration_reasons(both)
         reasons += sorted(calibration, key=lambda r: "changed" in r)  # across runs first
     if len(reasons) > 3:  # a table cell: the first three, the CSV's verdict column alike
         reasons = [*reasons[:3], f"+{len(reasons) - 3} more"]

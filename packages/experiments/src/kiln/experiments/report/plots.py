@@ -15,6 +15,7 @@ from typing import Any
 
 from kiln.core import require
 from kiln.experiments.report.labels import differing_labels
+from kiln.experiments.report.rows import SCALING, SPEEDUP, Ratio, RatioColumns
 
 _LINESTYLES = ["-", "--", ":", "-."]
 _MARKERS = ["o", "s", "^", "v", "D", "x", "+", "*"]
@@ -247,33 +248,26 @@ def ratio_bars(rows: Sequence[dict[str, Any]], path: Path, *args: Any, **kwargs:
 def ratio_figure(
     rows: Sequence[dict[str, Any]],
     title: str,
-    columns: tuple[str, str, str, str],
+    columns: RatioColumns,
     ylabel: str,
     reference: str,
     sweep_runs: Sequence[str] = (),
 ) -> Any:
-    """One bar per run of a ratio (``columns``: figure, interval low, high, noise reason)
-    with its bootstrap 95% interval; a line at 1.0 (``reference`` names it); noise and
-    ``confounded`` rows grey and hatched. Labels hold what differs between ``sweep_runs``
-    (every run of the sweep, the reference runs too; default: ``rows``' runs)."""
+    """One bar per run of a ratio (``columns``: where the rows hold it) with its bootstrap
+    95% interval; a line at 1.0 (``reference`` names it); noise and ``confounded`` rows grey
+    and hatched. Labels hold what differs between ``sweep_runs`` (every run of the sweep, the
+    reference runs too; default: ``rows``' runs)."""
     plt = _pyplot()
-    column, low_col, high_col, noise_col = columns
-    verdict_col = column.split("_")[0] + "_verdict"  # speedup_verdict, scaling_verdict
+    ratios = [Ratio.from_row(r, columns) for r in rows]
     names = list(dict.fromkeys([*sweep_runs, *(str(r["run"]) for r in rows)]))
     all_labels, shared = differing_labels(names, sep="\n")
     labels = [all_labels[names.index(str(r["run"]))] for r in rows]
     fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(rows) + 2.5), 4.2))
-    ys = [float(r[column]) for r in rows]
-    lo = [
-        max(y - r[low_col], 0) if r.get(low_col) is not None else 0
-        for y, r in zip(ys, rows, strict=True)
-    ]
-    hi = [
-        max(r[high_col] - y, 0) if r.get(high_col) is not None else 0
-        for y, r in zip(ys, rows, strict=True)
-    ]
+    ys = [float(r.value or 0.0) for r in ratios]
+    lo = [max(y - r.low, 0) if r.low is not None else 0 for y, r in zip(ys, ratios, strict=True)]
+    hi = [max(r.high - y, 0) if r.high is not None else 0 for y, r in zip(ys, ratios, strict=True)]
     bars = ax.bar(range(len(rows)), ys, 0.6, yerr=[lo, hi], capsize=4, color="C0")
-    flags = [untrusted(r, noise_col, verdict_col) for r in rows]
+    flags = [untrusted(r, columns.noise, columns.verdict) for r in rows]
     for bar, flag in zip(bars, flags, strict=True):
         if flag:
             _grey_out(bar)
@@ -308,22 +302,17 @@ def ratio_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
     ``scaling.png`` (the scaling efficiency of the runs on more devices than their base),
     each with its interval, where the sweep has such runs."""
     plots, runs = [], [str(r["run"]) for r in rows]
-    compiled = [r for r in rows if r["speedup_vs_eager"] and r["compile_mode"] != "none"]
+    compiled = [r for r in rows if r[SPEEDUP.value] and r["compile_mode"] != "none"]
     if compiled:
-        columns = ("speedup_vs_eager", "speedup_ci_low", "speedup_ci_high", "speedup_noise")
         png, title = out / "train_speedup.png", "torch.compile speedup against eager"
         ylabel = "speedup (eager step time / compiled)"
-        plots.append(ratio_bars(compiled, png, title, columns, ylabel, "1.0 = eager run", runs))
-    scaled = [
-        r
-        for r in rows
-        if r["scaling_efficiency"] and (r["scaling_ci_low"] is not None or r["scaling_noise"])
-    ]
+        plots.append(ratio_bars(compiled, png, title, SPEEDUP, ylabel, "1.0 = eager run", runs))
+    scaling = [(r, Ratio.from_row(r, SCALING)) for r in rows]
+    scaled = [r for r, s in scaling if s.value and (s.low is not None or s.noise)]
     if scaled:
-        columns = ("scaling_efficiency", "scaling_ci_low", "scaling_ci_high", "scaling_noise")
         png, title = out / "scaling.png", "scaling efficiency against the fewest devices"
         ylabel = "throughput per device / the base run's"
-        plots.append(ratio_bars(scaled, png, title, columns, ylabel, "1.0 = linear scaling", runs))
+        plots.append(ratio_bars(scaled, png, title, SCALING, ylabel, "1.0 = linear scaling", runs))
     return plots
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.experiments.jobs.console import fmt
+from kiln.experiments.settings.job_info import JobMachine
 
 
 def columns_of(rows: Sequence[dict[str, Any]], preferred: Sequence[str] | None = None) -> list[str]:
@@ -42,7 +43,7 @@ def machine_lines(records: Sequence[dict[str, Any]]) -> list[str]:
     """One line per distinct machine the jobs ran on (device, torch, CUDA, host)."""
     seen = []
     for rec in records:
-        m = rec.get("machine") or {}
+        m: JobMachine = rec.get("machine") or JobMachine()
         line = (
             f"{m.get('device', '?')} ({m.get('device_count') or 0} GPU, "
             f"{m.get('cpu_count', '?')} CPU cores), torch {m.get('torch', '?')}, "

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln.core.telemetry import Telemetry
 from kiln.experiments.bench.stats import (
     band_ratio_interval,
     bootstrap_ratio_interval,
@@ -44,6 +45,7 @@ from kiln.experiments.jobs.mfu import mfu_fields, mfu_text
 from kiln.experiments.jobs.train_record import TrainRecord
 from kiln.experiments.report.comparable import TRUST_RULE, impossible, verdict
 from kiln.experiments.report.pairing import pair_key, why_unpaired
+from kiln.experiments.report.rows import RATIOS, SCALING, SPEEDUP, STRATEGY, Ratio, RatioColumns
 from kiln.experiments.settings.job_info import identity_overrides
 
 MIN_MEASURED_STEPS = 20
@@ -56,31 +58,6 @@ NOISE_RULE = (
     f"summaries without step times, the ratio of their bands median +- IQR/2; runs are paired "
     f"by their resolved configs; {TRUST_RULE}"
 )
-# (figure column, its interval, noise, verdict and bootstrap columns)
-_RATIOS = {
-    "speedup_vs_eager": (
-        "speedup_ci_low",
-        "speedup_ci_high",
-        "speedup_noise",
-        "speedup_verdict",
-        "speedup_bootstrap",
-    ),
-    "scaling_efficiency": (
-        "scaling_ci_low",
-        "scaling_ci_high",
-        "scaling_noise",
-        "scaling_verdict",
-        "scaling_bootstrap",
-    ),
-    "speedup_vs_ddp": (
-        "strategy_ci_low",
-        "strategy_ci_high",
-        "strategy_noise",
-        "strategy_verdict",
-        "strategy_bootstrap",
-    ),
-}
-
 _COMPILE_KEYS = ("compile",)
 _DEVICE_KEYS = ("devices", "trainer.devices", "trainer.num_nodes", "trainer.strategy")
 _STRATEGY_KEYS = ("trainer.strategy", "trainer.activation_checkpointing", "trainer.fsdp")
@@ -116,14 +93,14 @@ def _strategy(record: dict[str, Any]) -> str | None:
     return str(strategy)
 
 
-def _state_mb(tel: dict[str, Any]) -> float | None:
+def _state_mb(tel: Telemetry) -> float | None:
     parts = [tel.get(k) for k in ("param_bytes", "grad_bytes", "optimizer_state_bytes")]
     if not all(isinstance(p, int | float) for p in parts):
         return None
     return sum(parts) / 2**20
 
 
-def _memory_rise_mb(tel: dict[str, Any]) -> float | None:
+def _memory_rise_mb(tel: Telemetry) -> float | None:
     peak, start = tel.get("peak_memory_mb"), tel.get("start_memory_mb")
     if not isinstance(peak, int | float):
         return None
@@ -148,13 +125,11 @@ def _row(record: dict[str, Any]) -> dict[str, Any]:
     }
     for name, value in sorted((rec.metrics or {}).items()):
         row[name] = value
-    step = tel.get("step_time_median_s")
+    step, iqr = tel.get("step_time_median_s"), tel.get("step_time_iqr_s")
     row.update(
         {
             "step_time_ms": step * 1e3 if isinstance(step, int | float) else None,
-            "step_time_iqr_ms": tel["step_time_iqr_s"] * 1e3
-            if isinstance(tel.get("step_time_iqr_s"), int | float)
-            else None,
+            "step_time_iqr_ms": iqr * 1e3 if isinstance(iqr, int | float) else None,
             "samples_per_s": tel.get("samples_per_s"),
             "tokens_per_s": tel.get("tokens_per_s"),
             **mfu_fields(rec),
@@ -166,12 +141,9 @@ def _row(record: dict[str, Any]) -> dict[str, Any]:
             "recompiles": tel.get("recompiles"),
             "graph_breaks": tel.get("graph_breaks"),
             "measured_steps": tel.get("measured_steps"),
-            "speedup_vs_eager": None,
-            "scaling_efficiency": None,
-            "speedup_vs_ddp": None,
+            **{col: None for names in RATIOS for col in names.all},
             "memory_vs_ddp": None,
             "state_vs_ddp": None,
-            **{col: None for cols in _RATIOS.values() for col in cols},
             "error": rec.error,
         }
     )
@@ -206,12 +178,10 @@ def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             figure = _median([r["step_time_ms"] for _, r in eager]) / _median(
                 [r["step_time_ms"] for _, r in own]
             )
-            _ratio(row, "speedup_vs_eager", eager, own, figure)
+            _ratio(row, SPEEDUP, eager, own, figure)
         elif row["compile_mode"] not in (None, "none"):
             candidates = [r for r, other in runs if other["compile_mode"] == "none"]
-            row["speedup_verdict"] = why_unpaired(
-                rec, candidates, _COMPILE_KEYS, "compile=none run"
-            )
+            row[SPEEDUP.verdict] = why_unpaired(rec, candidates, _COMPILE_KEYS, "compile=none run")
         peers = [
             runs[j]
             for j in range(len(runs))
@@ -230,11 +200,11 @@ def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     * fewest
                     / row["devices"]
                 )
-                _ratio(row, "scaling_efficiency", base, mine, figure)
+                _ratio(row, SCALING, base, mine, figure)
         elif any(other["devices"] != row["devices"] for _, other in runs):
             candidates = [r for r, other in runs if other["devices"] != row["devices"]]
             what = "run on another device count"
-            row["scaling_verdict"] = why_unpaired(rec, candidates, _DEVICE_KEYS, what)
+            row[SCALING.verdict] = why_unpaired(rec, candidates, _DEVICE_KEYS, what)
     return sorted(
         (row for _, row in runs),
         key=lambda r: (
@@ -272,7 +242,7 @@ def _against_ddp(
             figure = _median([r["step_time_ms"] for _, r in base]) / _median(
                 [r["step_time_ms"] for _, r in own]
             )
-            _ratio(row, "speedup_vs_ddp", base, own, figure)
+            _ratio(row, STRATEGY, base, own, figure)
 
 
 def _median(values: list[float]) -> float:
@@ -281,32 +251,37 @@ def _median(values: list[float]) -> float:
 
 def _ratio(
     row: dict[str, Any],
-    column: str,
+    names: RatioColumns,
     base: list[tuple[dict[str, Any], dict[str, Any]]],
     runs: list[tuple[dict[str, Any], dict[str, Any]]],
     figure: float,
 ) -> None:
-    """Set ``column`` of ``row`` to ``figure``, a ratio of the ``base`` runs over ``runs``
+    """Set ``row``'s ratio ``names`` to ``figure``, a ratio of the ``base`` runs over ``runs``
     (each a list of (record, row): one run, or the repeats of one configuration) that moves
     with their step-time ratio, with its interval (the step-time ratio's, scaled), noise
     reason, verdict (are the runs comparable) and which bootstrap it took."""
-    low_col, high_col, noise_col, verdict_col, boot_col = _RATIOS[column]
+    row.update(_measured_ratio(names.value, base, runs, figure).columns(names))
+
+
+def _measured_ratio(
+    column: str,
+    base: list[tuple[dict[str, Any], dict[str, Any]]],
+    runs: list[tuple[dict[str, Any], dict[str, Any]]],
+    figure: float,
+) -> Ratio:
+    ratio = Ratio(value=figure)
     rows = [[r for _, r in side] for side in (base, runs)]
-    row[column] = figure
-    times = [
-        [(rec.get("telemetry") or {}).get("step_times_s") for rec, _ in side]
-        for side in (base, runs)
-    ]
+    times = [[_telemetry(rec).get("step_times_s") for rec, _ in side] for side in (base, runs)]
     repeated = len(base) > 1 or len(runs) > 1
     if all(t for side in times for t in side):
         if repeated:
             low, high = bootstrap_runs_ratio_interval(times[0], times[1])
-            row[boot_col] = f"across {len(base)} and {len(runs)} repeats and within runs"
+            ratio.bootstrap = f"across {len(base)} and {len(runs)} repeats and within runs"
         else:
             low, high = bootstrap_ratio_interval(times[0][0], times[1][0])
-            row[boot_col] = "within runs"
+            ratio.bootstrap = "within runs"
         point = _median([_median(t) for t in times[0]]) / _median([_median(t) for t in times[1]])
-        row[low_col], row[high_col] = low * row[column] / point, high * row[column] / point
+        ratio.low, ratio.high = low * figure / point, high * figure / point
     elif not repeated and all(
         isinstance(r.get(k), int | float)
         for side in rows
@@ -317,18 +292,19 @@ def _ratio(
         low, high = band_ratio_interval(
             b["step_time_ms"], b["step_time_iqr_ms"], r["step_time_ms"], r["step_time_iqr_ms"]
         )
-        scale = row[column] / (b["step_time_ms"] / r["step_time_ms"])
-        row[low_col], row[high_col] = low * scale, high * scale
-        row[boot_col] = "IQR bands"
+        scale = figure / (b["step_time_ms"] / r["step_time_ms"])
+        ratio.low, ratio.high = low * scale, high * scale
+        ratio.bootstrap = "IQR bands"
     steps = [r.get("measured_steps") for side in rows for r in side]
-    if any(not isinstance(n, int) for n in steps):
-        row[noise_col] = "steps not recorded"
-    elif min(steps) < MIN_MEASURED_STEPS:
-        row[noise_col] = f"{min(steps)} steps"
-    elif row[low_col] is None:
-        row[noise_col] = "no step-time spread"
-    elif row[low_col] <= 1.0 <= row[high_col]:
-        row[noise_col] = "interval spans 1.0"
+    counted = [n for n in steps if isinstance(n, int)]
+    if len(counted) < len(steps):
+        ratio.noise = "steps not recorded"
+    elif min(counted) < MIN_MEASURED_STEPS:
+        ratio.noise = f"{min(counted)} steps"
+    elif ratio.low is None or ratio.high is None:
+        ratio.noise = "no step-time spread"
+    elif ratio.low <= 1.0 <= ratio.high:
+        ratio.noise = "interval spans 1.0"
     # repeats pair in sweep order (interleaved: repeat k of each side ran next to each other)
     pairs = (
         list(zip(base, runs, strict=True))
@@ -338,37 +314,26 @@ def _ratio(
     verdicts = [verdict(r, b) for (b, _), (r, _) in pairs]
     confounded = [v for v in verdicts if v and v.startswith("confounded")]
     said = (confounded or [v for v in verdicts if v] or [None])[0]
-    if (why := impossible(column, row[column])) is not None:  # never bare, whatever else
+    if (why := impossible(column, figure)) is not None:  # never bare, whatever else
         said = f"{said}; {why}" if said and said.startswith("confounded") else f"confounded: {why}"
-    row[verdict_col] = said
+    ratio.verdict = said
+    return ratio
+
+
+def _telemetry(record: dict[str, Any]) -> Telemetry:
+    return TrainRecord.from_json(record).telemetry or {}  # a file may hold null
 
 
 def noise_marked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``rows`` for printing: a speedup or scaling efficiency between runs that are not
-    comparable becomes ``"0.81 (confounded: calibration 0.55x)"``, one that is noise
-    ``"1.03 (noise: 12 steps)"``, one that is neither carries its interval
-    (``"2.000 [1.905, 2.105]"``), and ``(unverified: no machine record)`` follows either from
-    summaries without machine records; a missing figure says why (``unpaired: ...``); the
-    CSV keeps numbers and reasons apart. A missing MFU says why (``"n/a (cpu)"``)."""
-    shown = []
+    """``rows`` for printing: each ratio in one cell (:meth:`Ratio.text`: its figure with the
+    interval, or marked noise or confounded, or why there is none); the CSV keeps numbers and
+    reasons apart. A missing MFU says why (``"n/a (cpu)"``)."""
+    shown: list[dict[str, Any]] = []
     for row in rows:
         row = dict(row)
-        for column, (low_col, high_col, noise_col, verdict_col, _) in _RATIOS.items():
-            said = row.get(verdict_col)
-            if row.get(column) is None:
-                row[column] = said
-                continue
-            figure = fmt(row[column], column)
-            if said and said.startswith("confounded"):
-                row[column] = f"{figure} ({said})"
-                continue
-            if row.get(noise_col):
-                row[column] = f"{figure} (noise: {row[noise_col]})"
-            elif row.get(low_col) is not None:
-                low, high = (fmt(row[c], column) for c in (low_col, high_col))
-                row[column] = f"{figure} [{low}, {high}]"
-            if said:
-                row[column] = f"{row[column]} ({said})"
+        for names in RATIOS:
+            ratio = Ratio.from_row(row, names)
+            row[names.value] = ratio.text(lambda x, column=names.value: fmt(x, column))
         row["mfu"] = mfu_text(row)
         shown.append(row)
     return shown

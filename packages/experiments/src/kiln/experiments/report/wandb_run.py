@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from kiln.experiments.report.rows import SCALING, SPEEDUP
 from kiln.experiments.settings.base import LoggerConfig
 from kiln.experiments.settings.job_info import JobInfo
 from kiln.experiments.tracking.tracker import Tracker
@@ -34,14 +35,8 @@ COMPARISON_COLUMNS = [
 # (ratio name, report column, its interval columns, its noise column) per report table
 _RATIOS = {
     "train_runs": [
-        ("speedup", "speedup_vs_eager", "speedup_ci_low", "speedup_ci_high", "speedup_noise"),
-        (
-            "scaling_efficiency",
-            "scaling_efficiency",
-            "scaling_ci_low",
-            "scaling_ci_high",
-            "scaling_noise",
-        ),
+        (name, names.value, names.low, names.high, names.noise)
+        for name, names in (("speedup", SPEEDUP), ("scaling_efficiency", SCALING))
     ],
     "bench_models": [("speedup", "speedup", "speedup_ci_low", "speedup_ci_high", None)],
 }
@@ -68,7 +63,7 @@ def _flag(row: dict[str, Any], noise_column: str | None) -> str:
         return confounded if isinstance(confounded, str) else "confounded"
     if noise_column and row.get(noise_column):
         return f"noise: {row[noise_column]}"
-    if noise_column == "speedup_noise" and row.get("compile_mode") == "none":
+    if noise_column == SPEEDUP.noise and row.get("compile_mode") == "none":
         return "reference"  # the eager run: 1.0 by definition
     status = row.get("status")
     if status not in (None, "ok", "pass"):

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kiln.core.telemetry import Calibration, LoadSample, Machine
+
 PLACEMENT_KEYS = ("hydra", "launcher", "sweep", "logger", "paths")
 """Override keys that choose where or how a job runs, not what it computes: kept out of run
 names (W&B and report) and of what identifies a run when a report pairs runs."""
@@ -136,7 +138,21 @@ class JobInfo:
         }
 
 
-def machine_info() -> dict[str, Any]:
+class JobMachine(Machine, total=False):
+    """A job record's ``machine``: :class:`~kiln.core.telemetry.records.Machine`, the device
+    as torch sees it, and the calibrations and load around training
+    (:meth:`kiln.experiments.jobs.lifecycle.Lifecycle.measured`)."""
+
+    device: str
+    """The first GPU's name, or ``cpu``."""
+    device_count: int
+    calibration_before: Calibration
+    load_start: LoadSample
+    calibration_after: Calibration
+    load_end: LoadSample
+
+
+def machine_info() -> JobMachine:
     """The machine a job runs on: :func:`kiln.core.telemetry.machine.describe_machine` (host,
     CPU, GPUs, versions, SLURM job) plus ``device`` (the first GPU's name, or ``cpu``) and
     ``device_count`` as torch sees them (``CUDA_VISIBLE_DEVICES`` applied). The job adds its

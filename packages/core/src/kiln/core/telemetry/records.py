@@ -1,0 +1,186 @@
+"""The records kiln.core's telemetry writes, as types: what ``fit`` returns in
+``FitResult.telemetry`` and what :mod:`kiln.core.telemetry.machine` says about the machine.
+
+They are ``TypedDict``s because they travel as JSON (a job's ``summary.json``, the W&B
+summary): the keys on disk are the keys here. The parts each producer fills
+(:class:`CompileFigures`, :class:`StepTimes`, ...) have every key; the records a reader gets
+back from a file (:class:`Telemetry`, :class:`Machine`) are ``total=False``, since a file an
+older kiln wrote may lack keys: read them with ``.get``.
+
+Only types: importing this module imports neither torch nor Fabric.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class CacheFigures(TypedDict):
+    """Which on-disk compile caches hit (``kiln.core.loop.compile.cache_figures``)."""
+
+    fx_graph_cache_hits: int
+    fx_graph_cache_misses: int
+    aot_autograd_cache_hits: int
+    aot_autograd_cache_misses: int
+    compile_cache: str | None
+    """``warm`` (only hits), ``cold`` (only misses), ``partial``, or ``None``: no lookups."""
+
+
+class CompileFigures(CacheFigures):
+    """``CompileWatch.snapshot``: what compiling cost and where it broke."""
+
+    compile_time_s: float
+    recompiles: int
+    graph_breaks: int
+    unique_graphs: int
+    graph_break_reasons: list[str]
+    graph_break_sites: list[str]
+    recompile_reasons: list[str]
+    compiled_blocks: int
+
+
+class _StepTimes(TypedDict):
+    step_time_median_s: float | None
+    step_time_iqr_s: float | None
+    samples_per_s: float | None
+    measured_steps: int
+
+
+class StepTimes(_StepTimes, total=False):
+    """``StepTimer.summary``: the steady steps' times (``None`` before the first step)."""
+
+    tokens_per_s: float | None
+    """Only where a measured step counted tokens."""
+
+
+class FlopFigures(TypedDict):
+    """``flops_telemetry``: all ranks' FLOPs per optimizer step, and their rate."""
+
+    flops_per_step: int | None
+    achieved_flops_per_s: float | None
+    mfu: float | None
+    """Achieved over the devices' peak; ``None`` where kiln knows no peak (the CPU)."""
+
+
+class StateBytes(TypedDict):
+    """``state_bytes``: this rank's parameters and optimizer state (its shard under FSDP)."""
+
+    param_bytes: int
+    optimizer_state_bytes: int
+
+
+class Telemetry(TypedDict, total=False):
+    """``FitResult.telemetry``: one fit's figures (and a ``summary.json``'s ``telemetry``).
+
+    A fit fills every key but ``tokens_per_s`` and ``precision_audit``; a record read back
+    from an older file may lack any of them.
+    """
+
+    # CompileFigures
+    compile_time_s: float
+    recompiles: int
+    graph_breaks: int
+    unique_graphs: int
+    graph_break_reasons: list[str]
+    graph_break_sites: list[str]
+    recompile_reasons: list[str]
+    compiled_blocks: int
+    fx_graph_cache_hits: int
+    fx_graph_cache_misses: int
+    aot_autograd_cache_hits: int
+    aot_autograd_cache_misses: int
+    compile_cache: str | None
+    # StepTimes
+    step_time_median_s: float | None
+    step_time_iqr_s: float | None
+    samples_per_s: float | None
+    tokens_per_s: float | None
+    measured_steps: int
+    step_times_s: list[float]
+    """The measured steps' own times: what a report bootstraps a ratio's interval from."""
+    # FlopFigures
+    flops_per_step: int | None
+    achieved_flops_per_s: float | None
+    mfu: float | None
+    # memory (StateBytes and the device's)
+    peak_memory_mb: float
+    start_memory_mb: float | None
+    """The device's memory when the fit began: ``peak - start`` is what the fit added."""
+    param_bytes: int
+    optimizer_state_bytes: int
+    grad_bytes: int | None
+    """This rank's gradients as the first step held them."""
+    activation_checkpointing: str | None
+    skipped_steps: int
+    precision_audit: dict[str, Any]
+    """With ``trainer.precision_audit``: its record."""
+    total_time_s: float
+    """This attempt's whole fit: setup, compile, every step, validation, checkpoints."""
+
+
+class GpuInfo(TypedDict, total=False):
+    """The GPUs NVML sees (empty on a CPU machine)."""
+
+    gpu_names: list[str]
+    gpu_count: int
+    gpu_driver: str | None
+    gpu_cuda_driver: str | None
+
+
+class Machine(GpuInfo, total=False):
+    """``describe_machine``: the machine's fingerprint and versions."""
+
+    hostname: str
+    cpu_model: str
+    cpu_count: int | None
+    affinity_cores: int
+    affinity: list[int]
+    threads_per_rank: int
+    torch: str
+    cuda: str | None
+    cudnn: int | None
+    python: str
+    slurm_job_id: str | None
+    slurm_nodelist: str | None
+    slurm_nodes: list[str]
+
+
+class CalibrationFigures(TypedDict):
+    """One calibration's rates (``calibrate`` less its duration)."""
+
+    device: str
+    matmul_dtype: str
+    matmul_size: int
+    threads: int
+    matmul_gflop_per_s: float
+    copy_mb: int
+    copy_gb_per_s: float
+    chunks: int
+
+
+class Calibration(CalibrationFigures):
+    """``calibrate``: a fixed device benchmark's rates, and the seconds it took."""
+
+    seconds: float
+
+
+class GpuLoad(TypedDict):
+    """One GPU's load from others while a calibration ran."""
+
+    sm_clock_mhz: int
+    other_processes: int
+    other_memory_mb: float
+
+
+class _LoadSample(TypedDict):
+    loadavg_1m: float
+    window_s: float
+    other_cpu_cores: float | None
+    """Cores' worth of CPU time other processes used; ``None`` where it cannot be read."""
+
+
+class LoadSample(_LoadSample, total=False):
+    """``load_during``: how busy other work kept the machine in a window."""
+
+    gpus: list[GpuLoad]
+    """On GPU machines only."""

@@ -43,17 +43,9 @@ from torch.distributed.checkpoint.state_dict_saver import (
 from torch.distributed.tensor import DTensor
 
 from kiln.core.atomic import TEMP_SUFFIX, fsync_path, replace_synced
-from kiln.core.checkpoints import checksum
+from kiln.core.checkpoints import checksum, rundir
 from kiln.core.checkpoints.lookup import META, checkpoint_path
 from kiln.core.checkpoints.rng import gather_rng_states
-from kiln.core.checkpoints.rundir import (
-    CHECKPOINT_NAME,
-    CheckpointWriteError,
-    RunFile,
-    new_run_id,
-    read_run_file,
-    write_run_file,
-)
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +136,7 @@ def _record_and_prune(
 ) -> None:
     """Record ``final`` with its checksum in ``run.json``; keep this run's newest K."""
     digest = checksum.checksum_of(final)
-    recorded = read_run_file(directory) or RunFile(run_id or new_run_id())
+    recorded = rundir.read_run_file(directory) or rundir.RunFile(run_id or rundir.new_run_id())
     if run_id is not None and recorded.run_id != run_id:
         raise RuntimeError(
             f"{directory / 'run.json'} names run {recorded.run_id}, not {run_id}: "
@@ -152,14 +144,14 @@ def _record_and_prune(
         )
     if named:  # best.ckpt and the like: checksummed, but neither pruned nor resumed from
         recorded.named[final.name] = digest
-        write_run_file(directory, recorded)
+        rundir.write_run_file(directory, recorded)
         return
     recorded.checkpoints.pop(final.name, None)  # re-saved: now the newest
     recorded.checkpoints[final.name] = digest
     names = list(recorded.checkpoints)
     stale = names[:-keep_last_k]
     recorded.checkpoints = {name: recorded.checkpoints[name] for name in names[-keep_last_k:]}
-    write_run_file(directory, recorded)  # first forget, then delete: never list a lost file
+    rundir.write_run_file(directory, recorded)  # first forget, then delete: never list a lost file
     for name in stale:
         _remove(directory / name)
     # saves are collective and one at a time, so a temp name left here belongs to an earlier,
@@ -219,7 +211,7 @@ def save_checkpoint(
         The checkpoint's final path.
 
     Raises:
-        CheckpointWriteError: It could not be written (a full disk); also raised here for
+        rundir.CheckpointWriteError: It could not be written (a full disk); also raised here for
             an earlier asynchronous save that failed.
     """
     if keep_last_k < 1:
@@ -280,11 +272,11 @@ def _write(
     if problem is not None:
         if fabric.is_global_zero:
             _remove(temp)
-        raise CheckpointWriteError(problem)
+        raise rundir.CheckpointWriteError(problem)
 
 
 def _named(directory: Path, name: str) -> Path:
-    if Path(name).name != name or CHECKPOINT_NAME.match(name) or name.endswith(TEMP_SUFFIX):
+    if Path(name).name != name or rundir.CHECKPOINT_NAME.match(name) or name.endswith(TEMP_SUFFIX):
         raise ValueError(
             f"name={name!r} is not valid: give a plain file name that is not named like the "
             "loop's own step-<N>.ckpt checkpoints (e.g. 'best.ckpt')"
@@ -339,7 +331,7 @@ class CheckpointWrites:
             except BaseException as error:  # raised in the caller's thread by wait()
                 if rank_zero:
                     _remove(temp)
-                self._error = CheckpointWriteError(_write_failure(final, size, error))
+                self._error = rundir.CheckpointWriteError(_write_failure(final, size, error))
 
         self._path, self._error = final, None
         self._thread = threading.Thread(target=run, name=f"kiln-checkpoint-{final.name}")
@@ -358,12 +350,12 @@ class CheckpointWrites:
         any rank is raised on all of them).
 
         Raises:
-            CheckpointWriteError: It could not be written (the earlier ones are intact).
+            rundir.CheckpointWriteError: It could not be written (the earlier ones are intact).
         """
         _, error = self._join()
         problem = _any_problem(fabric, None if error is None else str(error))
         if problem is not None:
-            raise CheckpointWriteError(problem)
+            raise rundir.CheckpointWriteError(problem)
 
     def close(self) -> bool:
         """Wait for the pending checkpoint on this process alone (an error path: no

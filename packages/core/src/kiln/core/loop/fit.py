@@ -177,7 +177,7 @@ def finish(ctx: Context, run: RunState) -> FitResult:
             run.micro_batch_flops,
             trainer.accumulate_grad_batches,
             fabric.world_size,
-            timing["step_time_median_s"],
+            timing.get("step_time_median_s"),
             peak_flops_per_s(fabric.device, trainer.precision),
         ),
         "peak_memory_mb": device_peak_memory_mb(fabric.device),

@@ -2,10 +2,11 @@
 ``FitResult.telemetry`` and what :mod:`kiln.core.telemetry.machine` says about the machine.
 
 They are ``TypedDict``s because they travel as JSON (a job's ``summary.json``, the W&B
-summary): the keys on disk are the keys here. The parts each producer fills
-(:class:`CompileFigures`, :class:`StepTimes`, ...) have every key; the records a reader gets
-back from a file (:class:`Telemetry`, :class:`Machine`) are ``total=False``, since a file an
-older kiln wrote may lack keys: read them with ``.get``.
+summary): the keys on disk are the keys here. Each producer's part
+(:class:`CompileFigures`, :class:`StepTimes`, ...) is declared once, and the records are made
+of the parts. Every key is optional to the type (``total=False``): a file an older kiln wrote
+may lack any of them, so read them with ``.get``; the keys' names and types are what the
+types check.
 
 Only types: importing this module imports neither torch nor Fabric.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 
-class CacheFigures(TypedDict):
+class CacheFigures(TypedDict, total=False):
     """Which on-disk compile caches hit (``kiln.core.loop.compile.cache_figures``)."""
 
     fx_graph_cache_hits: int
@@ -26,10 +27,9 @@ class CacheFigures(TypedDict):
     """``warm`` (only hits), ``cold`` (only misses), ``partial``, or ``None``: no lookups."""
 
 
-class CompileFigures(CacheFigures):
-    """``CompileWatch.snapshot``: what compiling cost and where it broke."""
+class CompileCounts(TypedDict, total=False):
+    """What compiling made: graphs, and where and why it broke or compiled again."""
 
-    compile_time_s: float
     recompiles: int
     graph_breaks: int
     unique_graphs: int
@@ -39,7 +39,13 @@ class CompileFigures(CacheFigures):
     compiled_blocks: int
 
 
-class _StepTimes(TypedDict):
+class CompileFigures(CacheFigures, CompileCounts, total=False):
+    """``CompileWatch.snapshot``: what compiling cost and where it broke."""
+
+    compile_time_s: float
+
+
+class _StepTimes(TypedDict, total=False):
     step_time_median_s: float | None
     step_time_iqr_s: float | None
     samples_per_s: float | None
@@ -53,7 +59,7 @@ class StepTimes(_StepTimes, total=False):
     """Only where a measured step counted tokens."""
 
 
-class FlopFigures(TypedDict):
+class FlopFigures(TypedDict, total=False):
     """``flops_telemetry``: all ranks' FLOPs per optimizer step, and their rate."""
 
     flops_per_step: int | None
@@ -62,47 +68,21 @@ class FlopFigures(TypedDict):
     """Achieved over the devices' peak; ``None`` where kiln knows no peak (the CPU)."""
 
 
-class StateBytes(TypedDict):
+class StateBytes(TypedDict, total=False):
     """``state_bytes``: this rank's parameters and optimizer state (its shard under FSDP)."""
 
     param_bytes: int
     optimizer_state_bytes: int
 
 
-class Telemetry(TypedDict, total=False):
+class Telemetry(CompileFigures, StepTimes, FlopFigures, StateBytes, total=False):
     """``FitResult.telemetry``: one fit's figures (and a ``summary.json``'s ``telemetry``).
 
-    A fit fills every key but ``tokens_per_s`` and ``precision_audit``; a record read back
-    from an older file may lack any of them.
+    A fit fills every key but ``tokens_per_s`` and ``precision_audit``.
     """
 
-    # CompileFigures
-    compile_time_s: float
-    recompiles: int
-    graph_breaks: int
-    unique_graphs: int
-    graph_break_reasons: list[str]
-    graph_break_sites: list[str]
-    recompile_reasons: list[str]
-    compiled_blocks: int
-    fx_graph_cache_hits: int
-    fx_graph_cache_misses: int
-    aot_autograd_cache_hits: int
-    aot_autograd_cache_misses: int
-    compile_cache: str | None
-    # StepTimes
-    step_time_median_s: float | None
-    step_time_iqr_s: float | None
-    samples_per_s: float | None
-    tokens_per_s: float | None
-    measured_steps: int
     step_times_s: list[float]
     """The measured steps' own times: what a report bootstraps a ratio's interval from."""
-    # FlopFigures
-    flops_per_step: int | None
-    achieved_flops_per_s: float | None
-    mfu: float | None
-    # memory (StateBytes and the device's)
     peak_memory_mb: float
     start_memory_mb: float | None
     """The device's memory when the fit began: ``peak - start`` is what the fit added."""

@@ -2,17 +2,18 @@
 :func:`kiln.experiments.bench.harness.run_benchmark` fills (the job adds who it is and the
 machine, :mod:`kiln.experiments.settings.job_info`).
 
-``TypedDict``s, because the record is JSON: the keys here are the keys on disk. The parts
-each step of a benchmark fills have every key; :class:`BenchResult`, what a reader gets back
-from a file, is ``total=False`` (an error stops a benchmark part-way).
+``TypedDict``s, because the record is JSON: the keys here are the keys on disk. Every key
+is optional to the type (``total=False``): an error stops a benchmark part-way.
 """
 
 from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from kiln.core import CacheFigures, CompileCounts
 
-class SpeedupStats(TypedDict):
+
+class SpeedupStats(TypedDict, total=False):
     """:func:`kiln.experiments.bench.stats.speedup_stats` of interleaved timings."""
 
     speedup: float
@@ -31,7 +32,7 @@ class SpeedupStats(TypedDict):
     compiled_iqr_s: float
 
 
-class BenchResult(TypedDict, total=False):
+class BenchResult(SpeedupStats, CacheFigures, CompileCounts, total=False):
     """:func:`~kiln.experiments.bench.harness.run_benchmark`'s result."""
 
     status: str
@@ -54,34 +55,12 @@ class BenchResult(TypedDict, total=False):
     compile_time_s: float | None
     cold_compile: bool
     accuracy: dict[str, Any]
-    # the timed pairs (SpeedupStats and the times)
-    speedup: float
-    speedup_ci_low: float
-    speedup_ci_high: float
-    significant: bool
-    speedup_p25: float
-    speedup_p75: float
-    eager_median_s: float
-    compiled_median_s: float
-    eager_iqr_s: float
-    compiled_iqr_s: float
+    # the timed pairs: SpeedupStats, and the times
     eager_times_s: list[float]
     compiled_times_s: list[float]
     # each variant's peak memory
     memory_eager_mb: float | None
     memory_compiled_mb: float | None
     memory_ratio: float | None
-    # kiln.core.telemetry.records.CompileFigures, compile_time_s named for dynamo
+    # CacheFigures and CompileCounts, and compile_time_s named for dynamo
     dynamo_compile_time_s: float | None
-    recompiles: int
-    graph_breaks: int
-    unique_graphs: int
-    graph_break_reasons: list[str]
-    graph_break_sites: list[str]
-    recompile_reasons: list[str]
-    compiled_blocks: int
-    fx_graph_cache_hits: int
-    fx_graph_cache_misses: int
-    aot_autograd_cache_hits: int
-    aot_autograd_cache_misses: int
-    compile_cache: str | None

@@ -71,7 +71,7 @@ def compile_trace(enabled: bool, job_dir: str | Path) -> Iterator[dict[str, Any]
     if not enabled:
         yield info
         return
-    from kiln.core.loop import structured_trace
+    from kiln.core import structured_trace
 
     trace_dir = Path(job_dir) / TRACE_DIR
     try:

@@ -236,7 +236,7 @@ class Lifecycle:
 
     @contextlib.contextmanager
     def _calibrated(self, accelerator: str, precision: str) -> Iterator[None]:
-        from kiln.core.telemetry import calibrate_under_load
+        from kiln.core import calibrate_under_load
 
         device = _calibration_device(accelerator)
         machine = self.record["machine"]

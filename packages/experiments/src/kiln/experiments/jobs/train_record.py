@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from kiln.core.telemetry import Telemetry
+from kiln.core import Telemetry
 from kiln.experiments.settings.job_info import JobMachine
 
 FROM_FIT = {"from_fit": True}

@@ -39,7 +39,7 @@ def resolve_checkpoint(source: str | Path) -> Path:
         FileNotFoundError: ``source`` does not exist or holds no checkpoint; the message
             says where it looked and what is valid.
     """
-    from kiln.core.checkpoints import find_latest_checkpoint
+    from kiln.core import find_latest_checkpoint
 
     path = Path(source)
     if not path.exists():
@@ -73,7 +73,7 @@ def load_trained_module(checkpoint: str | Path) -> tuple[Any, dict[str, Any]]:
     in this one process: memory holds one copy of the model.
     """
 
-    from kiln.core.checkpoints import load_weights, read_checkpoint_meta
+    from kiln.core import load_weights, read_checkpoint_meta
     from kiln.experiments.settings.build import build_module, seed_before_build
 
     path = Path(checkpoint)

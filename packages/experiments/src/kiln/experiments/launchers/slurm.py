@@ -137,7 +137,7 @@ def requeue_if_preempted(stopped: SystemExit) -> None:
     attempt recorded ``stopped``, nothing new to checkpoint): requeue it if SLURM is
     preempting it, which it does not do itself for a job that ends within its grace time
     (rank 0 requeues and exits; elsewhere this returns)."""
-    from kiln.core.distributed import hand_over
+    from kiln.core import hand_over
 
     if getattr(stopped, "signal_name", None) == "SIGTERM" and preempted():
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue's own SIGTERM
@@ -151,7 +151,7 @@ def guard_requeue() -> None:
     ``scancel --full`` and the batch shell deliver the same USR2 to a task more than once.
     While the loop stops, any further stop signal is dropped (SLURM's SIGKILL ends a stop
     that overruns)."""
-    from kiln.core.distributed import ignore_repeated_signals, requested_signal
+    from kiln.core import ignore_repeated_signals, requested_signal
 
     ignore_repeated_signals(any_signal=True)
     requeue = signal.getsignal(preemption_signal())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from kiln.core.telemetry import FINGERPRINT_KEYS, Calibration, GpuLoad
+from kiln.core import FINGERPRINT_KEYS, Calibration, GpuLoad
 from kiln.experiments.settings.job_info import JobMachine
 
 CALIBRATION_TOLERANCE = 0.2

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from kiln.core.telemetry import Telemetry
+from kiln.core import Telemetry
 from kiln.experiments.bench.stats import (
     band_ratio_interval,
     bootstrap_ratio_interval,

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kiln.core.telemetry import Calibration, LoadSample, Machine
+from kiln.core import Calibration, LoadSample, Machine
 
 PLACEMENT_KEYS = ("hydra", "launcher", "sweep", "logger", "paths")
 """Override keys that choose where or how a job runs, not what it computes: kept out of run
@@ -159,7 +159,7 @@ def machine_info() -> JobMachine:
     load and calibration (:meth:`kiln.experiments.jobs.lifecycle.Lifecycle.measured`)."""
     import torch
 
-    from kiln.core.telemetry import describe_machine
+    from kiln.core import describe_machine
 
     cuda = torch.cuda.is_available()
     return {

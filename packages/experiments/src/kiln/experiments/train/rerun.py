@@ -115,7 +115,7 @@ def latest_checkpoint_meta(checkpoint_dir: str | None) -> tuple[Path, dict[str, 
     """The newest intact checkpoint in ``checkpoint_dir`` and its metadata, or ``None``: the
     one ``fit`` resumes from (a damaged one, e.g. a flipped byte or a truncated shard, is
     skipped as ``fit`` skips it, so the attempt records the step it really starts from)."""
-    from kiln.core.checkpoints import checkpoint_candidates, damage, read_checkpoint_meta
+    from kiln.core import checkpoint_candidates, damage, read_checkpoint_meta
 
     if checkpoint_dir is None or not Path(checkpoint_dir).is_dir():
         return None
@@ -140,7 +140,7 @@ def explicit_checkpoint_meta(resume: str) -> dict[str, Any]:
             its newest checkpoint.
         DamagedCheckpointError: It is damaged (checksum, CRC-32, truncated) or not kiln's.
     """
-    from kiln.core.checkpoints import (
+    from kiln.core import (
         DamagedCheckpointError,
         check_not_a_plain_directory,
         damage,
@@ -219,8 +219,7 @@ def threads_change(path: Path, saved: int | None, resolved: dict[str, Any]) -> s
     ranks computed with ``saved`` intra-op threads and this job's get another count
     (``trainer.threads_per_rank``, or its default on this node and world size); ``None``
     when the counts agree or the checkpoint predates the record."""
-    from kiln.core import TrainerConfig
-    from kiln.core.distributed import threads_per_rank
+    from kiln.core import TrainerConfig, threads_per_rank
 
     devices, nodes = (_select(resolved, f"trainer.{k}") or 1 for k in ("devices", "num_nodes"))
     chosen = _select(resolved, "trainer.threads_per_rank")
@@ -285,7 +284,7 @@ def _check_layout(path: Path, resolved: dict[str, Any]) -> None:
     Raises:
         ResumeConfigError: A one-file checkpoint and ``trainer.strategy=fsdp``.
     """
-    from kiln.core.checkpoints import is_legacy
+    from kiln.core import is_legacy
 
     if is_legacy(path) and _select(resolved, "trainer.strategy") == "fsdp":
         raise ResumeConfigError(
@@ -302,7 +301,7 @@ def check_claim(resolved: dict[str, Any], checkpoint: Path | None) -> None:
     Raises:
         CheckpointDirError: The directory cannot hold this run; the message says why.
     """
-    from kiln.core.checkpoints import plan_claim, read_checkpoint_meta
+    from kiln.core import plan_claim, read_checkpoint_meta
 
     trainer = resolved["trainer"]
     if trainer.get("checkpoint_dir") is None:
@@ -362,7 +361,7 @@ def _where() -> dict[str, Any]:
     node of the job (a node failure names the nodes the attempt had)."""
     import socket
 
-    from kiln.core.telemetry import expand_hostlist
+    from kiln.core import expand_hostlist
 
     where: dict[str, Any] = {"host": socket.gethostname()}
     nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")

@@ -80,7 +80,7 @@ def _requeue(job: JobInfo, requeued: Requeued) -> dict[str, Any]:
     handler, which requeues it and exits (rank 0) or returns (other ranks)."""
     import signal
 
-    from kiln.core.distributed import hand_over
+    from kiln.core import hand_over
     from kiln.experiments.jobs.lifecycle import one_line_reason
     from kiln.experiments.settings.job_info import write_job_json
 
@@ -156,8 +156,7 @@ def _checked_config(
     """
     from omegaconf import OmegaConf
 
-    from kiln.core.checkpoints import check_writable
-    from kiln.core.distributed import apply_threads_per_rank
+    from kiln.core import apply_threads_per_rank, check_writable
     from kiln.experiments.train.train_config import validate
 
     if OmegaConf.select(cfg, "trainer.checkpoint_dir") is None:

@@ -59,8 +59,7 @@ def train_worker(
     Returns:
         ``kiln.core.FitResult`` as a dict.
     """
-    from kiln.core import fit, weights_hash
-    from kiln.core.distributed import apply_threads_per_rank, stop_on_signals
+    from kiln.core import apply_threads_per_rank, fit, stop_on_signals, weights_hash
 
     trainer = settings.trainer
     apply_threads_per_rank(trainer)  # a launched worker's first op is building the model
@@ -144,7 +143,7 @@ def train(
 def in_process(trainer: Any) -> bool:
     """Whether this process trains (one device, or a rank torchrun or SLURM started), rather
     than starting ``trainer.devices`` workers (``trainer``: a ``TrainerConfig``)."""
-    from kiln.core.distributed import launched_externally
+    from kiln.core import launched_externally
 
     # torchrun or SLURM tasks: this process is already one rank
     return launched_externally() or trainer.devices * trainer.num_nodes == 1

@@ -24,6 +24,9 @@ from toy import ToyBlocksModule, count_loads, full_weights
 
 from kiln.core import fit, launch
 
+# 2- and 3-rank launches (about 70 s here): make test-all's process tier
+pytestmark = pytest.mark.process
+
 
 def blocks_run(
     root: Path, devices: int, steps: int, strategy: str, resume: str | None = None
@@ -88,7 +91,6 @@ def test_an_fsdp_checkpoint_of_two_ranks_resumes_in_one_plain_process(two, tmp_p
     assert_resumed(resumed, 1, FSDP_BATCH)
 
 
-@pytest.mark.process  # a 3-rank launch
 def test_an_fsdp_checkpoint_of_two_ranks_resumes_under_ddp_on_three(two, tmp_path) -> None:
     shutil.copytree(two["root"] / "fsdp-stopped", tmp_path, dirs_exist_ok=True)
     want = two["ranks"][0]["fsdp"]

@@ -160,7 +160,7 @@ def test_ctrl_c_on_two_devices_stops_both_workers_at_a_step_with_a_checkpoint(tm
     assert record["checkpoint"] == str(
         job_dir / "checkpoints" / f"step-{stopped['at_step']:08d}.ckpt"
     )
-    assert Path(record["checkpoint"]).is_file()
+    assert (Path(record["checkpoint"]) / "meta.pt").is_file()
     # no worker was left waiting for the agent's kill (torch: "... forcefully exiting via 9")
     assert "forcefully" not in (tmp_path / "attempt-SIGINT.log").read_text()
     proc = run_train([*ARGS, *two, f"hydra.run.dir={job_dir}"], tmp_path, process=True)

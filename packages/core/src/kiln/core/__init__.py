@@ -47,7 +47,7 @@ _EXPORTS = {
     "NonFiniteLossError": "kiln.core.errors",
     "NonFiniteWeightsError": "kiln.core.errors",
     "lazy_package": "kiln.core.lazy",
-    "structured_trace": "kiln.core.loop.compile",
+    "structured_trace": "kiln.core.upstream_internals",
     "fit": "kiln.core.loop.fit",
     "unpack_optimizers": "kiln.core.loop.optim",
     "PrecisionAudit": "kiln.core.loop.precision_audit",
@@ -181,7 +181,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         NonFiniteLossError,
         NonFiniteWeightsError,
     )
-    from kiln.core.loop.compile import structured_trace
     from kiln.core.loop.fit import fit
     from kiln.core.loop.optim import unpack_optimizers
     from kiln.core.loop.precision_audit import PrecisionAudit, precision_audit
@@ -207,3 +206,4 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         Machine,
         Telemetry,
     )
+    from kiln.core.upstream_internals import structured_trace

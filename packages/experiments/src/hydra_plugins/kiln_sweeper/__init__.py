@@ -13,10 +13,10 @@ imports this module outside ``sys.modules``, where dataclasses cannot resolve st
 from dataclasses import dataclass
 from typing import Any
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
 
 from kiln.experiments.settings.repeats import REPEAT_KEY
+from kiln.experiments.upstream_internals import BasicSweeper
 
 
 class InterleavedSweeper(BasicSweeper):

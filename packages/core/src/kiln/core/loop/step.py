@@ -127,9 +127,10 @@ def train_window(
     for j in range(len(window)):
         batch, upcoming = upcoming, to_device(cast(object, window[j + 1])) if j < last else None
         # Gradients are all-reduced once per window, on its last micro-batch.
-        # (Fabric annotates no_backward_sync with a bare AbstractContextManager)
+        # (Fabric annotates no_backward_sync with a bare AbstractContextManager and its module
+        # with its private wrapper class, which fabric.setup returned)
         no_sync = (
-            cast("AbstractContextManager[None]", fabric.no_backward_sync(model, enabled=True))  # pyright: ignore[reportUnknownMemberType]
+            cast("AbstractContextManager[None]", fabric.no_backward_sync(model, enabled=True))  # pyright: ignore[reportUnknownMemberType, reportArgumentType]
             if j < last
             else nullcontext()
         )
@@ -207,15 +208,15 @@ def optimizer_step(
         check_window_total(total, step)  # host integer: free to check before the update
     ctx.hooks("on_before_optimizer_step", optimizer)  # as in Lightning: before clipping
     grad_norm = _clip(ctx, step, total)
-    lr = float(ctx.stepped.param_groups[0]["lr"])  # a tensor lr (compiled optimizers) is read here
+    lr = float(optimizer.param_groups[0]["lr"])  # a tensor lr (compiled optimizers) is read here
     scale_before = scaler.get_scale() if scaler is not None else None
-    ctx.stepped.step()
+    optimizer.step()
     # note: get_scale() is a host sync, paid only with 16-mixed's GradScaler. A lower scale
     # means it found inf/NaN gradients and skipped the update: the schedule must not advance.
     skipped = scale_before is not None and scaler is not None and scaler.get_scale() < scale_before
     if ctx.scheduler is not None and not skipped:
         ctx.scheduler.step()
-    ctx.stepped.zero_grad(set_to_none=True)  # Fabric's wrapper would forward each attribute
+    optimizer.zero_grad(set_to_none=True)
     return grad_norm, skipped, lr
 
 

@@ -246,7 +246,7 @@ def compare(eager: dict, compiled: dict, tolerance: float) -> dict[str, Any]:
 
 def reset_dynamo() -> None:
     """Forget compiled code, so each benchmark (one of several in a process) starts cold."""
-    torch._dynamo.reset()
+    torch.compiler.reset()
 
 
 def run_benchmark(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from kiln.core import Telemetry
+from kiln.experiments.settings.dotted import select
 from kiln.experiments.settings.job_info import JobMachine
 
 FROM_FIT = {"from_fit": True}
@@ -30,10 +31,7 @@ def _lookup(cfg: Any, key: str) -> Any:
         except Exception:  # an interpolation that fails in a way select does not catch
             return None
         return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-    value = cfg
-    for part in key.split("."):
-        value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
-    return value
+    return select(cfg, key)
 
 
 @dataclass

@@ -259,7 +259,7 @@ def test_logged_lr_is_the_rate_the_step_used() -> None:
 class OwnBatchesToy(ToyTokenModule):
     """Trains on a batch sampler of its own (length buckets do this): batches of 2, 3 and 1."""
 
-    BATCHES = [[3, 1], [0, 2, 5], [4]]
+    BATCHES = ((3, 1), (0, 2, 5), (4,))
 
     def __init__(self) -> None:
         super().__init__(n=6)
@@ -271,13 +271,13 @@ class OwnBatchesToy(ToyTokenModule):
         return super().training_step(batch, batch_idx)
 
     def train_dataloader(self):
-        return DataLoader(self.data, batch_sampler=self.BATCHES)
+        return DataLoader(self.data, batch_sampler=[list(b) for b in self.BATCHES])
 
 
 def test_a_modules_own_batch_sampler_is_kept_batch_for_batch() -> None:
     module = OwnBatchesToy()
     with pytest.warns(UserWarning, match="custom batch_sampler"):
         fit(module, cfg(max_steps=3))
-    expected = [module.data.ids[b] for b in OwnBatchesToy.BATCHES]
+    expected = [module.data.ids[list(b)] for b in OwnBatchesToy.BATCHES]
     assert [s.shape[0] for s in module.seen] == [2, 3, 1]
     assert all(torch.equal(s, e) for s, e in zip(module.seen, expected, strict=True))

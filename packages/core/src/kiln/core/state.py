@@ -58,7 +58,6 @@ class RunState:
     metrics: dict[str, float] = field(default_factory=dict)
     checkpoint: str | None = None  # the newest checkpoint this run wrote
     lr: float | None = None  # the learning rate the latest step used
-    counts_checked: bool = False  # count_items was compared with num_items (once per process)
     stop_reason: str | None = None  # a callback asked the run to stop (saved: resume stays stopped)
     stop_signal: str | None = None  # a signal stopped it at a step boundary (never saved)
     run_id: str | None = None  # set by the resume stage: kept across restarts

@@ -81,9 +81,14 @@ def private_uses(path: Path) -> list[str]:
                 a.name for a in node.names if a.name.split(".")[0] in FOREIGN and _private(a.name)
             ]
         elif isinstance(node, ast.Attribute) and _private(node.attr):
+            chain = [node.attr]
             base = node.value
-            if isinstance(base, ast.Name) and base.id in FOREIGN:
-                found.append(f"{base.id}.{node.attr}")
+            while isinstance(base, ast.Attribute):
+                chain.insert(0, base.attr)
+                base = base.value
+            dotted = ".".join([base.id, *chain]) if isinstance(base, ast.Name) else ""
+            if dotted.split(".")[0] in FOREIGN and not dotted.startswith("torch.ops."):
+                found.append(dotted)  # torch.ops.aten._to_copy: an operator's public name
     return found
 
 
@@ -107,12 +112,13 @@ def test_the_scan_finds_a_private_import(tmp_path):
     sample.write_text(
         "import atexit\nfrom torch.nn.utils.stateless import _reparametrize_module\n"
         "from hydra._internal.core_plugins.basic_sweeper import BasicSweeper\n"
-        "atexit._run_exitfuncs()\n"
+        "atexit._run_exitfuncs()\ntorch.cuda.memory._dump_snapshot('x')\n"
     )
     assert private_uses(sample) == [
         "torch.nn.utils.stateless._reparametrize_module",
         "hydra._internal.core_plugins.basic_sweeper",
         "atexit._run_exitfuncs",
+        "torch.cuda.memory._dump_snapshot",
     ]
 
 
@@ -122,6 +128,7 @@ def test_the_scan_finds_a_private_import(tmp_path):
         ("torch._logging._internal", ["LazyTraceHandler", "TorchLogsFormatter", "trace_log"]),
         ("hydra._internal.core_plugins.basic_sweeper", ["BasicSweeper"]),
         ("atexit", ["_run_exitfuncs"]),
+        ("torch.cuda.memory", ["_record_memory_history", "_dump_snapshot"]),
         ("wandb.sdk.launch.inputs.internal", []),
         ("torch._functorch.config", []),
         ("torch._inductor.config", []),

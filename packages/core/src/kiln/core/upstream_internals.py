@@ -5,6 +5,10 @@
   process. A Hydra sweep runs its jobs in one process, and ``compile.trace=true`` gives each
   job its own trace (and tlparse report) in its own directory: that needs a trace handler
   per job, which only the private module provides.
+- ``torch.cuda.memory._record_memory_history`` / ``_dump_snapshot``
+  (:func:`record_memory_history`, :func:`dump_memory_snapshot`): the allocator history that
+  PyTorch's memory viewer (pytorch.org/memory_viz) reads; torch documents it only under
+  these names ("Understanding CUDA Memory Usage").
 
 ``tests/test_upstream_internals.py`` fails when one of these names moves upstream, and when
 any other kiln module imports a private name of torch, Lightning, Hydra or W&B.
@@ -45,3 +49,20 @@ def structured_trace(directory: str | os.PathLike[str]) -> Generator[None, None,
             os.environ.pop(_TRACE_ENV, None)
         else:
             os.environ[_TRACE_ENV] = previous
+
+
+def record_memory_history(enabled: bool) -> None:
+    """Start (or stop and clear) recording the CUDA allocator's history."""
+    import torch
+
+    if enabled:
+        torch.cuda.memory._record_memory_history(max_entries=100_000)  # pyright: ignore[reportPrivateUsage, reportUnknownMemberType]
+    else:
+        torch.cuda.memory._record_memory_history(enabled=None)  # pyright: ignore[reportPrivateUsage, reportUnknownMemberType]
+
+
+def dump_memory_snapshot(path: str | os.PathLike[str]) -> None:
+    """Write the recorded allocator history where PyTorch's memory viewer reads it."""
+    import torch
+
+    torch.cuda.memory._dump_snapshot(os.fspath(path))  # pyright: ignore[reportPrivateUsage]

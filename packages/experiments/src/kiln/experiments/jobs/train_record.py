@@ -82,6 +82,9 @@ class TrainRecord:
     best_checkpoint: dict[str, Any] | None = field(default=None, metadata=FROM_FIT)
     """With a ``BestCheckpoint`` callback: its file (``path``), the ``step`` it holds, the
     ``monitor``-ed metric and its ``value`` there."""
+    profile: dict[str, Any] | None = field(default=None, metadata=FROM_FIT)
+    """With ``profile=steps``: the trace's path, the profiled ``steps`` and the ``breakdown``
+    of a step's time (``kiln.core.telemetry.profile.StepBreakdown``)."""
     compile_trace: dict[str, Any] | None = None
     """With ``compile.trace=true``: where torch's trace and the tlparse report are kept."""
     # where and how it ran

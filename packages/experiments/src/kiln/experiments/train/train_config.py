@@ -31,6 +31,20 @@ def _train_compile() -> CompileConfig:
 
 
 @dataclass
+class ProfileConfig:
+    """``profile=steps``: the arguments of ``kiln.core.callbacks.StepProfiler``."""
+
+    directory: str = "profile"
+    wait: int = 2
+    warmup: int = 2
+    active: int = 3
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+    memory_snapshot: bool = True
+
+
+@dataclass
 class TrainConfig(JobConfig):
     """Everything one ``kiln-train`` job needs (the fields of :class:`JobConfig`, plus data)."""
 
@@ -42,6 +56,8 @@ class TrainConfig(JobConfig):
     callbacks: dict[str, Any] | None = None
     """``kiln.core.fit`` callbacks by name, each ``_target_`` plus its arguments (the
     ``callbacks`` config group; a ``null`` entry drops one)."""
+    profile: ProfileConfig | None = None
+    """``torch.profiler`` over a few steps (the ``profile`` config group; ``None``: off)."""
     optimized_metric: OptimizedMetric = field(default_factory=OptimizedMetric)
     """The metric the job returns to Hydra's sweeper (``hparams_search=`` studies)."""
     test_after_fit: bool = False

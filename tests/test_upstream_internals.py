@@ -149,7 +149,7 @@ def test_each_kept_private_name_is_still_there_upstream(module, names):
 
 
 def test_hydras_basic_sweeper_still_splits_arguments_as_kilns_sweeper_calls_it():
-    from kiln.experiments.upstream_internals import BasicSweeper
+    from kiln.experiments.upstream_internals import basic_sweeper
 
-    params = list(inspect.signature(BasicSweeper.split_arguments).parameters)
+    params = list(inspect.signature(basic_sweeper().split_arguments).parameters)
     assert params == ["overrides", "max_batch_size"]

@@ -16,7 +16,9 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 from kiln.experiments.settings.repeats import REPEAT_KEY
-from kiln.experiments.upstream_internals import BasicSweeper
+from kiln.experiments.upstream_internals import basic_sweeper
+
+BasicSweeper = basic_sweeper()
 
 
 class InterleavedSweeper(BasicSweeper):

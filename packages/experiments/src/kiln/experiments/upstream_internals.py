@@ -5,7 +5,7 @@
   teardown of torch, Lightning and transformers, which writes nothing: 8.2 s -> 0.1 s after
   the last exit handler (docs/benchmarks-peers.md, "After training"). CPython has no public
   way to run the registered handlers early.
-- Hydra's ``BasicSweeper`` (:data:`BasicSweeper`, from ``hydra._internal``): kiln's sweeper is
+- Hydra's ``BasicSweeper`` (:func:`basic_sweeper`, from ``hydra._internal``): kiln's sweeper is
   Hydra's basic sweeper with the ``repeat`` key varying slowest, so repeats interleave
   (A B A B) and a machine's drift does not land on one variant; Hydra exposes the sweeper's
   expansion only through this class.
@@ -21,14 +21,22 @@ any other kiln module imports a private name of torch, Lightning, Hydra or W&B.
 from __future__ import annotations
 
 import atexit
+from typing import Any
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-__all__ = ["WANDB_INIT_IMPORTS", "BasicSweeper", "run_exit_handlers"]
+__all__ = ["WANDB_INIT_IMPORTS", "basic_sweeper", "run_exit_handlers"]
 
 WANDB_INIT_IMPORTS = ("wandb", "wandb.sdk.launch.inputs.internal")
 """What ``wandb.init`` imports (the second: its W&B Launch inputs, and with them W&B's public
 API models), which ``kiln.experiments.tracking.tracker.import_early`` imports early."""
+
+
+def basic_sweeper() -> Any:
+    """Hydra's ``BasicSweeper`` class as Hydra's plugin scan left it: the scan loads its core
+    plugins' modules anew, so the class is looked up when a plugin subclasses it, not when
+    this module is imported."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    return BasicSweeper
 
 
 def run_exit_handlers() -> None:

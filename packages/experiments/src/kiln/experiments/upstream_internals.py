@@ -2,17 +2,17 @@
 
 - ``atexit._run_exitfuncs`` (:func:`run_exit_handlers`): a finished ``kiln-train`` process
   runs its exit handlers, flushes and ends with ``os._exit(0)``, skipping the interpreter's
-  teardown of torch, Lightning and transformers, which writes nothing: 8.2 s -> 0.1 s after
-  the last exit handler (docs/benchmarks-peers.md, "After training"). CPython has no public
-  way to run the registered handlers early.
+  teardown of torch, Lightning and transformers, which takes seconds and writes nothing
+  (docs/benchmarks.md, "Other projects' private API"). CPython has no public way to run the
+  registered handlers early.
 - Hydra's ``BasicSweeper`` (:func:`basic_sweeper`, from ``hydra._internal``): kiln's sweeper is
   Hydra's basic sweeper with the ``repeat`` key varying slowest, so repeats interleave
   (A B A B) and a machine's drift does not land on one variant; Hydra exposes the sweeper's
   expansion only through this class.
 - ``wandb.sdk.launch.inputs.internal`` (:data:`WANDB_INIT_IMPORTS`): what ``wandb.init``
-  imports, imported before the model and Fabric, where it costs 0.44 s instead of 0.84 s
-  (docs/benchmarks-peers.md, "W&B's start"). Imported by name: a W&B release without it
-  only loses the head start.
+  imports, imported before the model and Fabric, where it costs about half as much
+  (docs/benchmarks.md, "Other projects' private API"). Imported by name: a W&B release
+  without it only loses the head start.
 
 ``tests/test_upstream_internals.py`` fails when one of these names moves upstream, and when
 any other kiln module imports a private name of torch, Lightning, Hydra or W&B.

@@ -9,13 +9,13 @@ import pytest
 from toy import ToyTokenModule
 from trainers import trainer_config
 
-from kiln.core import fit
+from kiln.core import ProfileConfig, fit
 from kiln.core.callbacks import StepProfiler
-from kiln.core.telemetry.profile import HOST, ORDER
+from kiln.core.telemetry.profile import CATEGORY_ORDER, HOST
 
 
 def test_the_profile_holds_the_measured_steps_and_a_breakdown_that_adds_up(tmp_path):
-    profiler = StepProfiler(tmp_path / "profile", wait=1, warmup=1, active=3)
+    profiler = StepProfiler(ProfileConfig(str(tmp_path / "profile"), wait=1, warmup=1, active=3))
     result = fit(
         ToyTokenModule(n=64, batch_size=4, optimizer="adamw"),
         trainer_config(max_steps=8, accumulate_grad_batches=2),
@@ -30,7 +30,7 @@ def test_the_profile_holds_the_measured_steps_and_a_breakdown_that_adds_up(tmp_p
     assert any(n.startswith("Optimizer.step") for n in names)
     found = profiler.result["breakdown"]
     assert found["steps"] == 3
-    assert set(found["host_ms"]) <= set(ORDER)
+    assert set(found["host_ms"]) <= set(CATEGORY_ORDER)
     assert sum(found["host_ms"].values()) == pytest.approx(found["step_ms"], rel=1e-6)
     for category in ("matmul and linear", "optimizer", "normalisation and elementwise", HOST):
         assert found["host_ms"].get(category, 0) > 0, category
@@ -42,7 +42,7 @@ def test_the_profile_holds_the_measured_steps_and_a_breakdown_that_adds_up(tmp_p
 
 
 def test_a_run_too_short_for_the_profile_says_so(tmp_path, caplog):
-    profiler = StepProfiler(tmp_path / "profile", wait=2, warmup=2, active=3)
+    profiler = StepProfiler(ProfileConfig(str(tmp_path / "profile"), wait=2, warmup=2, active=3))
     fit(ToyTokenModule(), trainer_config(max_steps=3), callbacks=[profiler])
     assert profiler.result is None
     assert "before the 8 the profile needs" in caplog.text
@@ -51,4 +51,4 @@ def test_a_run_too_short_for_the_profile_says_so(tmp_path, caplog):
 
 def test_bad_profile_steps_are_named():
     with pytest.raises(ValueError, match="active=0"):
-        StepProfiler("x", active=0)
+        ProfileConfig("x", active=0)

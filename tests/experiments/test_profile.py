@@ -9,7 +9,7 @@ import pytest
 import torch
 from train_helpers import FAST, job_dirs, run_train
 
-from kiln.core.telemetry.profile import ORDER
+from kiln.core.telemetry.profile import CATEGORY_ORDER
 from kiln.experiments.tracking.wandb_files import read_records, read_summary
 
 
@@ -24,7 +24,7 @@ def test_kiln_train_profile_steps_keeps_a_trace_and_a_breakdown_and_logs_them(tm
     events = json.loads((job / "profile" / "trace.json").read_text())["traceEvents"]
     assert sum(e.get("name", "").startswith("ProfilerStep#") for e in events) == 2
     found = profile["breakdown"]
-    assert list(found["host_ms"]) == [c for c in ORDER if c in found["host_ms"]]
+    assert list(found["host_ms"]) == [c for c in CATEGORY_ORDER if c in found["host_ms"]]
     assert sum(found["host_ms"].values()) == pytest.approx(found["step_ms"])
     assert found["host_ms"]["matmul and linear"] > 0 and found["ops_per_step"] > 0
     # the W&B run: the breakdown in its summary, the trace folder as an artifact

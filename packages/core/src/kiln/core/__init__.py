@@ -30,7 +30,11 @@ _EXPORTS = {
     "CheckpointWrites": "kiln.core.checkpoints.save",
     "save_checkpoint": "kiln.core.checkpoints.save",
     "COMPILE_MODES": "kiln.core.config",
+    "CATEGORY_ORDER": "kiln.core.telemetry.profile",
+    "StepBreakdown": "kiln.core.telemetry.profile",
+    "step_breakdown": "kiln.core.telemetry.profile",
     "CompileConfig": "kiln.core.config",
+    "ProfileConfig": "kiln.core.config",
     "PRECISIONS": "kiln.core.config",
     "TrainerConfig": "kiln.core.config",
     "check_global_batch": "kiln.core.config",
@@ -75,6 +79,7 @@ _EXPORTS = {
     "Telemetry": "kiln.core.telemetry.records",
 }
 __all__ = [
+    "CATEGORY_ORDER",
     "COMPILE_MODES",
     "FINGERPRINT_KEYS",
     "PRECISIONS",
@@ -97,6 +102,8 @@ __all__ = [
     "NonFiniteLossError",
     "NonFiniteWeightsError",
     "PrecisionAudit",
+    "ProfileConfig",
+    "StepBreakdown",
     "Telemetry",
     "TrainerConfig",
     "apply_threads_per_rank",
@@ -130,6 +137,7 @@ __all__ = [
     "reset_cpu_peak",
     "save_checkpoint",
     "status_kb",
+    "step_breakdown",
     "stop_on_signals",
     "structured_trace",
     "tensor_bytes",
@@ -164,6 +172,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         COMPILE_MODES,
         PRECISIONS,
         CompileConfig,
+        ProfileConfig,
         TrainerConfig,
         check_global_batch,
     )
@@ -196,6 +205,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         usable_cores,
     )
     from kiln.core.telemetry.memory import reset_cpu_peak, status_kb, tensor_bytes
+    from kiln.core.telemetry.profile import CATEGORY_ORDER, StepBreakdown, step_breakdown
     from kiln.core.telemetry.records import (
         CacheFigures,
         Calibration,

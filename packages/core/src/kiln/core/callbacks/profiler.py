@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from kiln.core.telemetry.profile import breakdown
+from kiln.core.config import ProfileConfig
+from kiln.core.telemetry.profile import step_breakdown
 from kiln.core.upstream_internals import dump_memory_snapshot, record_memory_history
 
 if TYPE_CHECKING:
@@ -30,43 +31,11 @@ log = logging.getLogger(__name__)
 
 
 class StepProfiler:
-    """Profile ``active`` optimizer steps after ``wait`` + ``warmup`` into ``directory``.
+    """Profile ``config.active`` optimizer steps after ``wait`` + ``warmup`` steps."""
 
-    Args:
-        directory: Where the trace (and on CUDA the memory snapshot) go.
-        wait: Steps to skip first (at least 1: the first step compiles and counts FLOPs).
-        warmup: Steps recorded and dropped before the measured ones.
-        active: Steps measured.
-        record_shapes: Record each op's input shapes (bigger trace).
-        profile_memory: Record tensor allocations and frees in the trace.
-        with_stack: Record Python stacks (much bigger trace, slower).
-        memory_snapshot: On CUDA, the allocator history as a snapshot file.
-
-    Raises:
-        ValueError: A step count that is negative, or ``active`` < 1.
-    """
-
-    def __init__(
-        self,
-        directory: str | Path,
-        wait: int = 2,
-        warmup: int = 2,
-        active: int = 3,
-        record_shapes: bool = False,
-        profile_memory: bool = False,
-        with_stack: bool = False,
-        memory_snapshot: bool = True,
-    ) -> None:
-        if min(wait, warmup) < 0 or active < 1:
-            raise ValueError(
-                f"profile steps: wait={wait}, warmup={warmup}, active={active}; wait and "
-                "warmup are >= 0 and active >= 1"
-            )
-        self.directory = Path(directory)
-        self.wait, self.warmup, self.active = wait, warmup, active
-        self.record_shapes, self.profile_memory = record_shapes, profile_memory
-        self.with_stack = with_stack
-        self.memory_snapshot = memory_snapshot
+    def __init__(self, config: ProfileConfig) -> None:
+        self.config = config
+        self.directory = Path(config.directory)
         self.result: dict[str, Any] | None = None
         self._profiler: torch.profiler.profile | None = None
         self._cuda = False
@@ -75,7 +44,7 @@ class StepProfiler:
     @property
     def steps_needed(self) -> int:
         """Optimizer steps a run needs for a whole profile."""
-        return self.wait + self.warmup + self.active + 1
+        return self.config.wait + self.config.warmup + self.config.active + 1
 
     def on_loop_start(self, fit: FitHandle) -> None:
         if not fit.fabric.is_global_zero:
@@ -88,27 +57,27 @@ class StepProfiler:
         self._profiler = torch.profiler.profile(
             activities=activities,
             schedule=torch.profiler.schedule(  # pyright: ignore[reportUnknownArgumentType, reportUnknownMemberType]
-                wait=self.wait, warmup=self.warmup, active=self.active, repeat=1
+                wait=self.config.wait,
+                warmup=self.config.warmup,
+                active=self.config.active,
+                repeat=1,
             ),
             on_trace_ready=self._ready,
-            record_shapes=self.record_shapes,
-            profile_memory=self.profile_memory,
-            with_stack=self.with_stack,
+            record_shapes=self.config.record_shapes,
+            profile_memory=self.config.profile_memory,
+            with_stack=self.config.with_stack,
         )
         self._profiler.start()
 
     def on_before_optimizer_step(self, optimizer: Any) -> None:
         if self._profiler is None:
             return
-        if self._steps == self.wait and self._cuda and self.memory_snapshot:
+        if self._steps == self.config.wait and self._cuda and self.config.memory_snapshot:
             record_memory_history(True)
         self._profiler.step()
         self._steps += 1
 
     def on_fit_end(self) -> None:
-        self._stop()
-
-    def on_exception(self, exception: BaseException) -> None:
         self._stop()
 
     def _stop(self) -> None:
@@ -121,24 +90,27 @@ class StepProfiler:
                 "(wait %d + warmup %d + active %d + 1); no trace written",
                 self._steps,
                 self.steps_needed,
-                self.wait,
-                self.warmup,
-                self.active,
+                self.config.wait,
+                self.config.warmup,
+                self.config.active,
             )
 
     def _ready(self, profiler: torch.profiler.profile) -> None:
         trace = self.directory / "trace.json"
         profiler.export_chrome_trace(str(trace))
-        found = breakdown(profiler.events())
+        found = step_breakdown(profiler.events())
         self.result = {
             "trace": str(trace),
-            "steps": [self.wait + self.warmup + 1, self.wait + self.warmup + self.active],
+            "steps": [
+                self.config.wait + self.config.warmup + 1,
+                self.config.wait + self.config.warmup + self.config.active,
+            ],
             "breakdown": dataclasses.asdict(found) if found else None,
             "memory_snapshot": self._dump_snapshot(),
         }
 
     def _dump_snapshot(self) -> str | None:
-        if not (self._cuda and self.memory_snapshot):
+        if not (self._cuda and self.config.memory_snapshot):
             return None
         path = self.directory / "memory_snapshot.pickle"
         dump_memory_snapshot(path)

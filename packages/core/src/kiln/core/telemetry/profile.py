@@ -67,7 +67,7 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
 """Each category and the name parts (lower case) that put an op in it, checked in order."""
 ELEMENTWISE = "normalisation and elementwise"
 HOST = "host overhead and idle"
-ORDER = (*(name for name, _ in CATEGORIES), ELEMENTWISE, HOST)
+CATEGORY_ORDER = (*(name for name, _ in CATEGORIES), ELEMENTWISE, HOST)
 """The categories of a breakdown, in the order reports print them."""
 
 
@@ -111,7 +111,7 @@ def categorize(event: Any) -> str:
     return ELEMENTWISE if _is_op(event.name) else HOST
 
 
-def breakdown(events: Any) -> StepBreakdown | None:
+def step_breakdown(events: Any) -> StepBreakdown | None:
     """The per-step breakdown of a profiler's ``events()`` (``None`` without a whole step)."""
     steps = [e for e in events if e.name.startswith("ProfilerStep")]
     if not steps:
@@ -137,8 +137,8 @@ def breakdown(events: Any) -> StepBreakdown | None:
     return StepBreakdown(
         steps=n,
         step_ms=step_us / 1e3,
-        host_ms={c: host[c] / n / 1e3 for c in ORDER if host[c]},
-        device_ms={c: device[c] / n / 1e3 for c in ORDER if device[c]},
+        host_ms={c: host[c] / n / 1e3 for c in CATEGORY_ORDER if host[c]},
+        device_ms={c: device[c] / n / 1e3 for c in CATEGORY_ORDER if device[c]},
         ops_per_step=ops / n,
         kernels_per_step=kernels / n,
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from kiln.core.telemetry.profile import breakdown
+from kiln.core import step_breakdown
 
 
 def profile_variant(
@@ -28,7 +28,7 @@ def profile_variant(
 
     def ready(profiler: torch.profiler.profile) -> None:
         profiler.export_chrome_trace(str(trace))
-        result = breakdown(profiler.events())
+        result = step_breakdown(profiler.events())
         found["breakdown"] = dataclasses.asdict(result) if result else None
 
     activities = [torch.profiler.ProfilerActivity.CPU]

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kiln.core import require
-from kiln.core.telemetry.profile import ORDER
+from kiln.core import CATEGORY_ORDER, require
 from kiln.experiments.report.labels import differing_labels
 from kiln.experiments.report.profiles import ProfilePair, host_ms
 from kiln.experiments.report.rows import SCALING, SPEEDUP, Ratio, RatioColumns
@@ -415,7 +414,7 @@ def profile_figure(pairs: Sequence[ProfilePair]) -> Any:
     for i, pair in enumerate(pairs):
         for j, record in enumerate((pair.base, pair.other)):
             x, bottom, spent = i * 3 + j, 0.0, host_ms(record)
-            for k, category in enumerate(ORDER):
+            for k, category in enumerate(CATEGORY_ORDER):
                 value = spent.get(category, 0.0)
                 ax.bar(x, value, bottom=bottom, color=colours(k), label=None if x else category)
                 bottom += value

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kiln.core.telemetry.profile import ORDER
+from kiln.core import CATEGORY_ORDER
 from kiln.experiments.report.pairing import pair_key
 
 
@@ -109,11 +109,11 @@ def profile_pairs(records: list[dict[str, Any]]) -> list[ProfilePair]:
 
 
 def categories(pair: ProfilePair) -> list[tuple[str, float, float]]:
-    """``(category, base ms, other ms)`` per step, in :data:`ORDER`, for the categories
+    """``(category, base ms, other ms)`` per step, in :data:`CATEGORY_ORDER`, for the categories
     either run spent time in."""
     a, b = _breakdown(pair.base) or {}, _breakdown(pair.other) or {}
     ha, hb = a.get("host_ms", {}), b.get("host_ms", {})
-    return [(c, ha.get(c, 0.0), hb.get(c, 0.0)) for c in ORDER if c in ha or c in hb]
+    return [(c, ha.get(c, 0.0), hb.get(c, 0.0)) for c in CATEGORY_ORDER if c in ha or c in hb]
 
 
 def compact_line(pair: ProfilePair) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from kiln.core import CompileConfig
+from kiln.core import CompileConfig, ProfileConfig
 from kiln.experiments.settings.base import JobConfig, check_known_keys
 from kiln.experiments.settings.resolvers import register_resolvers
 from kiln.experiments.train.objective import OptimizedMetric
@@ -28,20 +28,6 @@ torch's own settings). kiln-bench keeps its cold compile."""
 
 def _train_compile() -> CompileConfig:
     return CompileConfig(cache_dir=COMPILE_CACHE_DIR)
-
-
-@dataclass
-class ProfileConfig:
-    """``profile=steps``: the arguments of ``kiln.core.callbacks.StepProfiler``."""
-
-    directory: str = "profile"
-    wait: int = 2
-    warmup: int = 2
-    active: int = 3
-    record_shapes: bool = False
-    profile_memory: bool = False
-    with_stack: bool = False
-    memory_snapshot: bool = True
 
 
 @dataclass

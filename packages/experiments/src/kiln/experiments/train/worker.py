@@ -81,7 +81,7 @@ def train_worker(
     if settings.profile is not None and global_rank() == 0:
         from kiln.core.callbacks import StepProfiler
 
-        profiler = StepProfiler(**dataclasses.asdict(settings.profile))
+        profiler = StepProfiler(settings.profile)
         callbacks.append(profiler)
     with stop_on_signals():
         result = fit(

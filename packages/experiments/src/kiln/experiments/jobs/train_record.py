@@ -21,6 +21,11 @@ FROM_FIT = {"from_fit": True}
 the weights hash) into the record when training ends."""
 
 
+NEWER = {"newer": True}
+"""The metadata of a field earlier releases' summaries lack: left out of the JSON while unset,
+so such a summary reads and writes back unchanged."""
+
+
 def _lookup(cfg: Any, key: str) -> Any:
     """``cfg``'s value at dotted ``key`` (``None`` where it is missing or does not resolve)."""
     from omegaconf import DictConfig, OmegaConf
@@ -82,7 +87,7 @@ class TrainRecord:
     best_checkpoint: dict[str, Any] | None = field(default=None, metadata=FROM_FIT)
     """With a ``BestCheckpoint`` callback: its file (``path``), the ``step`` it holds, the
     ``monitor``-ed metric and its ``value`` there."""
-    profile: dict[str, Any] | None = field(default=None, metadata=FROM_FIT)
+    profile: dict[str, Any] | None = field(default=None, metadata={**FROM_FIT, **NEWER})
     """With ``profile=steps``: the trace's path, the profiled ``steps`` and the ``breakdown``
     of a step's time (``kiln.core.telemetry.profile.StepBreakdown``)."""
     compile_trace: dict[str, Any] | None = None
@@ -165,7 +170,11 @@ class TrainRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The record as ``summary.json`` holds it (``extra`` merged back in)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        out = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name != "extra" and not (f.metadata.get("newer") and getattr(self, f.name) is None)
+        }
         return {**out, **self.extra}
 
     @classmethod

@@ -157,7 +157,9 @@ def pack_documents(
     return arrays, stats
 
 
-def document_mask(document_ids: torch.Tensor, additive_dtype: torch.dtype | None = None) -> torch.Tensor:
+def document_mask(
+    document_ids: torch.Tensor, additive_dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """The 4-D attention mask (B, 1, L, L) of packed rows: token i attends to token j when
     both belong to the same piece (or both are padding) and j <= i.
 

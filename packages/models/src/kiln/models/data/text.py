@@ -354,9 +354,7 @@ class CausalLMData(TextData):
         **kwargs: See ``TextClassificationData``; ``seed`` also seeds the packing order.
     """
 
-    def __init__(
-        self, packing: bool = False, packing_policy: str = "carry", **kwargs: Any
-    ) -> None:
+    def __init__(self, packing: bool = False, packing_policy: str = "carry", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         check_policy(packing_policy)
         if packing and self.padding != "max_length":

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, default_collate
 
 from kiln.core import TrainerConfig, fit
 from kiln.models.data import IGNORE_INDEX, CausalLMData
-from kiln.models.data.packing import pack_documents
+from kiln.models.data.packing import pack_documents, pieces_of
 from kiln.models.tokens import token_nll
 
 MODELS = ["llama-tiny-lm", "gpt2-tiny-lm"]
@@ -43,16 +43,7 @@ def packed_batch(docs: list[list[int]], policy: str) -> dict[str, torch.Tensor]:
 
 
 def pieces(batch: dict[str, torch.Tensor]) -> list[tuple[int, int, int]]:
-    """(row, start, end) of each piece in the packed rows, read off the document ids."""
-    out = []
-    for row, ids in enumerate(batch["document_ids"].tolist()):
-        start = 0
-        for i in range(1, len(ids) + 1):
-            if i == len(ids) or ids[i] != ids[start]:
-                if ids[start] != -1:
-                    out.append((row, start, i))
-                start = i
-    return out
+    return pieces_of(batch["document_ids"])
 
 
 def grads(model) -> dict[str, torch.Tensor]:

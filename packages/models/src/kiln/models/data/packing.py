@@ -157,6 +157,20 @@ def pack_documents(
     return arrays, stats
 
 
+def pieces_of(document_ids: torch.Tensor) -> list[tuple[int, int, int]]:
+    """(row, start, end) of every piece in packed rows' ``document_ids`` (B, L), padding left
+    out: the spans a document mask keeps apart."""
+    out = []
+    for row, ids in enumerate(document_ids.tolist()):
+        start = 0
+        for i in range(1, len(ids) + 1):
+            if i == len(ids) or ids[i] != ids[start]:
+                if ids[start] != PAD_DOCUMENT:
+                    out.append((row, start, i))
+                start = i
+    return out
+
+
 def document_mask(
     document_ids: torch.Tensor, additive_dtype: torch.dtype | None = None
 ) -> torch.Tensor:

@@ -197,3 +197,20 @@ def test_bad_packing_requests_fail_naming_what_is_valid() -> None:
         model.check_packing()
     with pytest.raises(ValueError, match="no document to pack"):
         pack_documents([[], []], 8, pad_token_id=0)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_packed_training_step_is_one_graph_for_every_layout(name: str) -> None:
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    model = tiny_model(name)
+    counter = CompileCounter()
+    step = torch.compile(
+        lambda b: model.training_step(b, 0)["loss"], backend=counter, fullgraph=True
+    )
+    for seed in range(3):  # other documents: other piece boundaries, the same shapes
+        arrays, _ = pack_documents(documents(seed=seed), MAX_LENGTH, pad_token_id=0, seed=seed)
+        batch = {k: torch.from_numpy(v[:2]) for k, v in arrays.items()}
+        assert torch.isfinite(step(batch))
+    assert counter.frame_count == 1  # compiled once: no graph break, no recompile

@@ -24,6 +24,7 @@ import os
 import statistics
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -66,6 +67,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--docs-per-shard", type=int, default=2000)
     parser.add_argument("--vocab-size", type=int, default=8192, help="BPE vocabulary size")
+    parser.add_argument(
+        "--tokenizer-documents",
+        type=int,
+        default=4000,
+        help="train the tokenizer on the first N training documents",
+    )
     args = parser.parse_args(argv)  # fmt: skip
     if not args.source.is_dir():
         parser.error(f"--source {str(args.source)!r} is not a directory")
@@ -110,7 +117,7 @@ def split_of(path: str, val_percent: int) -> str:
     return "validation" if (path_hash(path) >> 7) % 100 < val_percent else "train"
 
 
-def train_tokenizer(texts: list[str], vocab_size: int, out: Path) -> object:
+def train_tokenizer(texts: list[str], vocab_size: int, out: Path) -> Any:
     """A byte-level BPE (GPT-2 style) trained on ``texts``, saved for ``AutoTokenizer``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
@@ -138,6 +145,15 @@ def train_tokenizer(texts: list[str], vocab_size: int, out: Path) -> object:
     return fast
 
 
+def token_lengths(tokenizer: Any, texts: list[str], batch: int = 256) -> list[int]:
+    """Tokens per document, a batch at a time (all ids at once would hold gigabytes)."""
+    lengths = []
+    for start in range(0, len(texts), batch):
+        encoded = tokenizer(texts[start : start + batch], verbose=False)["input_ids"]
+        lengths += [len(ids) for ids in encoded]
+    return lengths
+
+
 def write_shards(rows: list[dict[str, str]], split: str, out: Path, per_shard: int) -> list[Path]:
     files = []
     for index, start in enumerate(range(0, len(rows), per_shard)):
@@ -161,20 +177,23 @@ def main(argv: list[str] | None = None) -> None:
     for doc in docs:
         splits[split_of(doc["path"], args.val_percent)].append(doc)
     tokenizer = train_tokenizer(
-        [d["text"] for d in splits["train"]], args.vocab_size, args.out / "tokenizer"
+        [d["text"] for d in splits["train"][: args.tokenizer_documents]],
+        args.vocab_size,
+        args.out / "tokenizer",
     )
-    manifest: dict[str, object] = {
+    manifest: dict[str, Any] = {
         "source": str(args.source),
         "pattern": args.pattern,
         "max_bytes": args.max_bytes,
         "val_percent": args.val_percent,
-        "tokenizer": {"path": "tokenizer", "vocab_size": len(tokenizer), "eos": EOS},  # type: ignore[arg-type]
+        "tokenizer_documents": min(args.tokenizer_documents, len(splits["train"])),
+        "tokenizer": {"path": "tokenizer", "vocab_size": len(tokenizer), "eos": EOS},
         "splits": {},
     }
     for split, rows in splits.items():
         files = write_shards(rows, split, args.out, args.docs_per_shard)
-        lengths = sorted(len(ids) for ids in tokenizer([r["text"] for r in rows])["input_ids"])  # type: ignore[operator]
-        manifest["splits"][split] = {  # type: ignore[index]
+        lengths = sorted(token_lengths(tokenizer, [r["text"] for r in rows]))
+        manifest["splits"][split] = {
             "documents": len(rows),
             "packages": len({r["package"] for r in rows}),
             "tokens": sum(lengths),

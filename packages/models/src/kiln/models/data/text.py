@@ -391,7 +391,7 @@ class CausalLMData(TextData):
             self.val_set = self._pack(self.val_set, "validation")
 
     def _pack(self, documents: datasets.Dataset, split: str) -> datasets.Dataset:
-        ids = documents.with_format(None)["input_ids"]
+        ids = documents.with_format("numpy")[:]["input_ids"]  # arrays, not lists of ints
         arrays, stats = pack_documents(
             ids, self.max_length, self.tokenizer.pad_token_id, self.packing_policy, self.seed
         )

@@ -129,7 +129,7 @@ def check_no_graph_breaks(name: str) -> None:
 
 def check_inductor_matches_eager(name: str) -> None:
     """Inductor's fullgraph validation step computes what eager does."""
-    torch._dynamo.reset()
+    torch.compiler.reset()
     module = tiny_model(name).eval()  # eval: no dropout, so eager and compiled agree
     batch = module.example_batch(2)
     compiled = torch.compile(

@@ -144,12 +144,19 @@ class Calibration(CalibrationFigures):
     seconds: float
 
 
-class GpuLoad(TypedDict):
-    """One GPU's load from others while a calibration ran."""
-
+class _GpuLoad(TypedDict):
     sm_clock_mhz: int
     other_processes: int
     other_memory_mb: float
+
+
+class GpuLoad(_GpuLoad, total=False):
+    """One GPU's clock, and the load others put on it, at one moment."""
+
+    throttle_reasons: int | None
+    """NVML's clock event reasons (a bit mask); ``None`` where the GPU does not say."""
+    utilization_pct: int | None
+    """The share of time a kernel ran, all processes'."""
 
 
 class _LoadSample(TypedDict):

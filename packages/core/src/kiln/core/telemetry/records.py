@@ -96,6 +96,8 @@ class Telemetry(CompileFigures, StepTimes, FlopFigures, StateBytes, total=False)
     """With ``trainer.precision_audit``: its record."""
     total_time_s: float
     """This attempt's whole fit: setup, compile, every step, validation, checkpoints."""
+    machine_series: MachineSeries
+    """The machine sampled through the run (``trainer.machine_sample_s``; rank 0's)."""
 
 
 class GpuInfo(TypedDict, total=False):
@@ -171,3 +173,37 @@ class LoadSample(_LoadSample, total=False):
 
     gpus: list[GpuLoad]
     """On GPU machines only."""
+
+
+class _MachineSample(TypedDict):
+    t_s: float
+    """When the sample's window began, in seconds since the sampler started."""
+    seconds: float
+    step_start: int
+    """Optimizer steps done when the window began."""
+    step_end: int
+    """Optimizer steps done when it ended: it covered steps ``step_start + 1 .. step_end``."""
+    other_cpu_cores: float
+    own_cpu_cores: float
+    """Cores' worth of CPU time the job's own process tree got."""
+
+
+class MachineSample(_MachineSample, total=False):
+    """One window of ``MachineSampler``: the load others put on the machine, and the job's
+    own CPU, between two samples (with the GPU's state at its end, on CUDA)."""
+
+    sm_clock_mhz: int
+    throttle_reasons: int | None
+    other_gpu_memory_mb: float
+
+
+class MachineSeries(TypedDict):
+    """``MachineSampler.series``: a run's samples as columns (``t_s``, ``seconds``,
+    ``step_start``, ``step_end``, ``other_cpu_cores``, ``own_cpu_cores``, and on CUDA
+    ``sm_clock_mhz``, ``throttle_reasons``, ``other_gpu_memory_mb``)."""
+
+    interval_s: float
+    """The cadence the last samples were taken at (it doubles each time the series thins)."""
+    measured_from_step: int
+    """The first step the step-time figures measure (after warm-up)."""
+    samples: dict[str, list[Any]]

@@ -51,20 +51,14 @@ def test_a_neighbour_in_the_middle_of_a_run_shows_in_the_steps_it_overlapped(tmp
             time.sleep(0.05)
             steps = step
     samples = sampler.series(measured_from_step=0)["samples"]
-    busy = [
-        o
-        for o, a, b in zip(samples["other_cpu_cores"], samples["step_start"], samples["step_end"])
-        if 12 <= a and b <= 19 and b > a  # inside the burst, not at its edges
-    ]
-    quiet = [
-        o
-        for o, a, b in zip(samples["other_cpu_cores"], samples["step_start"], samples["step_end"])
-        if b <= 10 or a >= 22
-    ]
+    windows = list(
+        zip(samples["other_cpu_cores"], samples["step_start"], samples["step_end"], strict=True)
+    )
+    busy = [o for o, a, b in windows if 12 <= a and b <= 19 and b > a]  # not at its edges
+    quiet = [o for o, a, b in windows if b <= 10 or a >= 22]
     assert busy and quiet, samples
-    assert min(busy) >= 0.5, samples
-    median = sorted(busy)[len(busy) // 2] - sorted(quiet)[len(quiet) // 2]
-    assert median >= 0.5, samples
+    busy_median, quiet_median = sorted(busy)[len(busy) // 2], sorted(quiet)[len(quiet) // 2]
+    assert busy_median - quiet_median >= 0.5, samples
     assert max(samples["own_cpu_cores"]) < 0.5, samples  # sleeping steps
     assert samples["step_start"][0] == 0 and samples["step_end"][-1] == 30
     # the windows tile the run: each starts where the previous one ended

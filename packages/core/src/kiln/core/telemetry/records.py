@@ -205,5 +205,6 @@ class MachineSeries(TypedDict):
     interval_s: float
     """The cadence the last samples were taken at (it doubles each time the series thins)."""
     measured_from_step: int
-    """The first step the step-time figures measure (after warm-up)."""
+    """The steps done before the first one the step-time figures measure (the warm-up's last):
+    they measure steps ``measured_from_step + 1`` onward."""
     samples: dict[str, list[Any]]

@@ -163,7 +163,7 @@ class MachineSampler:
         return row
 
     def series(self, measured_from_step: int) -> MachineSeries:
-        """The samples as columns, and the first measured step (after warm-up)."""
+        """The samples as columns, and the steps done before the first measured one."""
         with self._lock:
             samples = list(self._samples)
         keys = [k for k in samples[0] if k != "throttle_reasons"] if samples else []

@@ -59,7 +59,8 @@ def test_a_neighbour_in_the_middle_of_a_run_shows_in_the_steps_it_overlapped(tmp
     assert busy and quiet, samples
     busy_median, quiet_median = sorted(busy)[len(busy) // 2], sorted(quiet)[len(quiet) // 2]
     assert busy_median - quiet_median >= 0.5, samples
-    assert max(samples["own_cpu_cores"]) < 0.5, samples  # sleeping steps
+    own = sorted(samples["own_cpu_cores"])
+    assert own[len(own) // 2] < 0.5, samples  # sleeping steps
     assert samples["step_start"][0] == 0 and samples["step_end"][-1] == 30
     # the windows tile the run: each starts where the previous one ended
     assert samples["step_start"][1:] == samples["step_end"][:-1]

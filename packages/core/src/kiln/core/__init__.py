@@ -61,6 +61,7 @@ _EXPORTS = {
     "calibrate_under_load": "kiln.core.telemetry.machine",
     "describe_machine": "kiln.core.telemetry.machine",
     "expand_hostlist": "kiln.core.telemetry.machine",
+    "measured_peak": "kiln.core.telemetry.machine",
     "usable_cores": "kiln.core.telemetry.machine",
     "reset_cpu_peak": "kiln.core.telemetry.memory",
     "status_kb": "kiln.core.telemetry.memory",
@@ -72,6 +73,7 @@ _EXPORTS = {
     "GpuLoad": "kiln.core.telemetry.records",
     "LoadSample": "kiln.core.telemetry.records",
     "Machine": "kiln.core.telemetry.records",
+    "MatmulPeak": "kiln.core.telemetry.records",
     "Telemetry": "kiln.core.telemetry.records",
 }
 __all__ = [
@@ -93,6 +95,7 @@ __all__ = [
     "GpuLoad",
     "LoadSample",
     "Machine",
+    "MatmulPeak",
     "NonFiniteGradientError",
     "NonFiniteLossError",
     "NonFiniteWeightsError",
@@ -120,6 +123,7 @@ __all__ = [
     "lazy_package",
     "load_checkpoint",
     "load_weights",
+    "measured_peak",
     "plan_claim",
     "precision_audit",
     "rank_seed",
@@ -194,6 +198,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         calibrate_under_load,
         describe_machine,
         expand_hostlist,
+        measured_peak,
         usable_cores,
     )
     from kiln.core.telemetry.memory import reset_cpu_peak, status_kb, tensor_bytes
@@ -205,5 +210,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         GpuLoad,
         LoadSample,
         Machine,
+        MatmulPeak,
         Telemetry,
     )

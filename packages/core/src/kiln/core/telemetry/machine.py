@@ -41,6 +41,7 @@ from kiln.core.telemetry.records import (
     GpuInfo,
     LoadSample,
     Machine,
+    MatmulPeak,
 )
 
 T = TypeVar("T")
@@ -360,6 +361,53 @@ def _calibrate(device: torch.device, precision: str, budget_s: float) -> Calibra
         "copy_mb": copy_mb,
         "copy_gb_per_s": round(2 * copy_mb * 2**20 * copies / 1e9, 3),
         "chunks": chunks + copy_chunks,
+    }
+
+
+PEAK_SIZES = {"cpu": (256, 512, 1024), "cuda": (2048, 4096, 8192)}
+"""The square matmul sizes :func:`measured_peak` tries, smallest first, per device type."""
+PLATEAU = 1.1
+"""A size that computes less than this factor faster than the one before it is the plateau."""
+
+
+def measured_peak(
+    device: str | torch.device = "cpu", precision: str = "32-true", budget_s: float = 0.1
+) -> MatmulPeak:
+    """This machine's own matmul peak at ``precision``: square matmuls of growing size
+    (:data:`PEAK_SIZES`) until the rate stops growing by :data:`PLATEAU`, the best rate kept;
+    on the CPU on :func:`usable_cores` threads, as :func:`calibrate`. What a run achieves over
+    it says how much of what these cores (this GPU) can do the run used.
+
+    Returns:
+        ``matmul_peak_gflop_per_s``, the ``matmul_peak_size`` it was reached at, and the
+        ``matmul_dtype``.
+    """
+    import torch
+
+    device = torch.device(device)
+    dtype = calibration_dtype(precision)
+    cuda = device.type == "cuda"
+    sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(usable_cores())
+    best, best_size = 0.0, 0
+    try:
+        for size in PEAK_SIZES["cuda" if cuda else "cpu"]:
+            a = torch.ones(size, size, device=device, dtype=dtype)
+            torch.mm(a, a)  # warm-up: kernels chosen, caches filled
+            per_s, _ = _rate(lambda a=a: torch.mm(a, a), budget_s, sync)
+            rate = 2 * size**3 * per_s / 1e9
+            plateau = rate < PLATEAU * best
+            if rate > best:
+                best, best_size = rate, size
+            if plateau:
+                break
+    finally:
+        torch.set_num_threads(threads)
+    return {
+        "matmul_peak_gflop_per_s": round(best, 3),
+        "matmul_peak_size": best_size,
+        "matmul_dtype": str(dtype).removeprefix("torch."),
     }
 
 

@@ -152,6 +152,15 @@ class _GpuLoad(TypedDict):
     other_memory_mb: float
 
 
+class MatmulPeak(TypedDict):
+    """``measured_peak``: the machine's own matmul rate at a run's precision, at a size where
+    it stops growing."""
+
+    matmul_peak_gflop_per_s: float
+    matmul_peak_size: int
+    matmul_dtype: str
+
+
 class GpuLoad(_GpuLoad, total=False):
     """One GPU's clock, and the load others put on it, at one moment."""
 

@@ -9,7 +9,8 @@
 # and max-autotune; each job checks loss and gradients against eager. With 2+ GPUs, an FSDP
 # row (bf16-mixed, compile=default, kiln-train) next to DDP. Sets up its own
 # environment (uv, then `uv sync` from the committed uv.lock) and exits 0 with a message
-# when there is no CUDA GPU. Sized to finish within 8 minutes on one H200.
+# when there is no CUDA GPU. Also profiles an eager and a compiled job (profile=steps). Sized
+# to finish within 10 minutes on one H200.
 # `suites`: 8 HF + 8 TIMM models of PyTorch's dashboard lists at the suite's sizes and batch
 # sizes, compile=default against eager (interleaved in each job) at FP32 and fp16 AMP, plus
 # reduce-overhead on 2 + 2 of them, then kiln-report's seed table; each sweep has a time
@@ -109,6 +110,30 @@ if (( GPUS >= 2 )); then
 else
     echo "gpu_check: FSDP row skipped: $GPUS CUDA device(s), FSDP needs 2 (one process each)"
 fi
+# Profiles on CUDA: one eager and one compiled kiln-train job (profile=steps), then a check
+# of what only CUDA gives: kernels per step, the kernels' time by category, the memory
+# snapshot; kiln-report of that sweep prints the two breakdowns side by side.
+timeout 240 "$PY" -m kiln.experiments.train -m debug=fast trainer=gpu precision=bf16-mixed \
+    compile=none,default trainer.max_steps=12 profile=steps logger=csv \
+    "hydra.sweep.dir=$OUT/profile" || status=$?
+"$PY" - "$OUT/profile" <<'PYEOF' || status=$?
+import json, pathlib, sys
+rows = []
+for summary in sorted(pathlib.Path(sys.argv[1]).glob("*/summary.json")):
+    record = json.loads(summary.read_text())
+    profile = record.get("profile") or {}
+    b = profile.get("breakdown") or {}
+    snapshot = profile.get("memory_snapshot")
+    rows.append((record.get("compile_mode"), b.get("step_ms"), b.get("kernels_per_step"),
+                 sum((b.get("device_ms") or {}).values()),
+                 bool(snapshot and pathlib.Path(snapshot).stat().st_size)))
+print("profile: compile | step ms | kernels/step | kernel ms/step | memory snapshot")
+for row in rows:
+    print("profile:", " | ".join(str(x) for x in row))
+ok = len(rows) == 2 and all(r[2] and r[3] and r[4] for r in rows)
+sys.exit(0 if ok else 1)
+PYEOF
+"${REPORT[@]}" "$OUT/profile" || status=$?
 "${REPORT[@]}" "$OUT" || status=$?
 [[ "$PART" == all ]] && suites
 echo "gpu_check: report in $OUT (exit status $status: non-zero when a job failed or timed out)"

@@ -254,3 +254,67 @@ def test_logged_lr_is_the_rate_the_step_used() -> None:
     module = ToyTokenModule(scheduler=True)  # StepLR: lr 0.1 for steps 1-3, then 0.05
     result = fit(module, cfg(max_steps=5))
     assert [row["train/lr"] for row in result.history] == pytest.approx([0.1, 0.1, 0.1, 0.05, 0.05])
+
+
+class OwnBatchesToy(ToyTokenModule):
+    """Trains on a batch sampler of its own (length buckets do this): batches of 2, 3 and 1."""
+
+    BATCHES = ((3, 1), (0, 2, 5), (4,))
+
+    def __init__(self) -> None:
+        super().__init__(n=6)
+        self.seen: list[torch.Tensor] = []
+
+    def training_step(self, batch, batch_idx):
+        if batch["input_ids"].device.type != "meta":  # the FLOP count's run on stand-ins
+            self.seen.append(batch["input_ids"].clone())
+        return super().training_step(batch, batch_idx)
+
+    def train_dataloader(self):
+        return DataLoader(self.data, batch_sampler=[list(b) for b in self.BATCHES])
+
+
+def test_a_modules_own_batch_sampler_is_kept_batch_for_batch() -> None:
+    module = OwnBatchesToy()
+    with pytest.warns(UserWarning, match="custom batch_sampler"):
+        fit(module, cfg(max_steps=3))
+    expected = [module.data.ids[list(b)] for b in OwnBatchesToy.BATCHES]
+    assert [s.shape[0] for s in module.seen] == [2, 3, 1]
+    assert all(torch.equal(s, e) for s, e in zip(module.seen, expected, strict=True))
+
+
+class MiscountingToy(ToyTokenModule):
+    """Reports one item more than its ``count_items`` counts."""
+
+    def training_step(self, batch, batch_idx):
+        out = super().training_step(batch, batch_idx)
+        return {**out, "num_items": out["num_items"] + 1}
+
+
+def test_a_num_items_that_count_items_disagrees_with_is_refused_before_the_first_update() -> None:
+    module = MiscountingToy()
+    before = weights(module)
+    with pytest.raises(ValueError, match=r"reported num_items=\d+ but count_items\(batch\)"):
+        fit(module, cfg(max_steps=2))
+    assert all(torch.equal(before[k], v) for k, v in weights(module).items())
+
+
+class MetaCountingToy(ToyTokenModule):
+    """Counts the FLOP count's runs of ``training_step`` on meta stand-ins."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.meta_runs = 0
+
+    def training_step(self, batch, batch_idx):
+        self.meta_runs += batch["input_ids"].device.type == "meta"
+        return super().training_step(batch, batch_idx)
+
+
+def test_the_first_step_takes_its_one_off_figures_once() -> None:
+    module = MetaCountingToy()
+    telemetry = fit(module, cfg(max_steps=3)).telemetry
+    assert module.meta_runs == 1
+    assert telemetry["flops_per_step"] > 0
+    params = sum(p.numel() * p.element_size() for p in module.parameters())
+    assert telemetry["grad_bytes"] == params  # every parameter has its gradient at step 1

@@ -1,6 +1,7 @@
 """kiln.core.telemetry.machine: the fingerprint, the load and the calibration a job records."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -102,6 +103,11 @@ def test_an_unknown_precision_names_the_valid_ones():
 )
 def test_a_slurm_hostlist_expands_to_every_node_as_scontrol_does(hostlist, names):
     assert expand_hostlist(hostlist) == names
+    if shutil.which("scontrol"):  # SLURM's own expansion, where SLURM is installed
+        printed = subprocess.run(
+            ["scontrol", "show", "hostnames", hostlist], capture_output=True, text=True, check=True
+        )
+        assert printed.stdout.split() == names
 
 
 @pytest.mark.parametrize("hostlist", ["node[0-1", "node[a-b]", "node[1-]"])

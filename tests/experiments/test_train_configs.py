@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
-from train_helpers import compose_train, explain, run_train
+from train_helpers import compose_train, explain, run_train, write_tiny_corpus
 
 from kiln.experiments.settings.build import build_module
 from kiln.experiments.settings.compose import config_dir
@@ -15,6 +15,16 @@ from kiln.experiments.train.train_config import TrainConfig, validate
 from kiln.models.registry import get_model_entry
 
 CONFIGS = Path(config_dir())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def corpus(tmp_path_factory: pytest.TempPathFactory):
+    """A small corpus where ``data=lm_corpus`` looks (a user writes it with make_corpus.py)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KILN_CORPUS", str(write_tiny_corpus(tmp_path_factory.mktemp("corpus"))))
+        yield
+
+
 # Groups whose options are whole configs this test composes one by one (hydra/paths are fixed).
 GROUPS = (
     "model",

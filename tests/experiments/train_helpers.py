@@ -105,3 +105,20 @@ def start_train(
             preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if group else None,
         )
     return proc, out
+
+
+def write_tiny_corpus(out: Path) -> Path:
+    """A small corpus by ``scripts/make_corpus.py`` (the standard library's ``email`` sources,
+    a 400-token BPE) in ``out``: what ``data=lm_corpus`` reads when ``KILN_CORPUS=out``."""
+    import email
+
+    scripts = str(Path(__file__).resolve().parents[2] / "scripts")
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    import make_corpus  # pyright: ignore[reportMissingImports]
+
+    make_corpus.main(
+        ["--source", str(Path(email.__file__).parent), "--out", str(out), "--vocab-size", "400",
+         "--docs-per-shard", "10", "--val-percent", "20"]
+    )  # fmt: skip
+    return out

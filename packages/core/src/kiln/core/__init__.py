@@ -30,7 +30,11 @@ _EXPORTS = {
     "CheckpointWrites": "kiln.core.checkpoints.save",
     "save_checkpoint": "kiln.core.checkpoints.save",
     "COMPILE_MODES": "kiln.core.config",
+    "CATEGORY_ORDER": "kiln.core.telemetry.profile",
+    "StepBreakdown": "kiln.core.telemetry.profile",
+    "step_breakdown": "kiln.core.telemetry.profile",
     "CompileConfig": "kiln.core.config",
+    "ProfileConfig": "kiln.core.config",
     "PRECISIONS": "kiln.core.config",
     "TrainerConfig": "kiln.core.config",
     "check_global_batch": "kiln.core.config",
@@ -47,7 +51,7 @@ _EXPORTS = {
     "NonFiniteLossError": "kiln.core.errors",
     "NonFiniteWeightsError": "kiln.core.errors",
     "lazy_package": "kiln.core.lazy",
-    "structured_trace": "kiln.core.loop.compile",
+    "structured_trace": "kiln.core.upstream_internals",
     "fit": "kiln.core.loop.fit",
     "unpack_optimizers": "kiln.core.loop.optim",
     "PrecisionAudit": "kiln.core.loop.precision_audit",
@@ -77,6 +81,7 @@ _EXPORTS = {
     "Telemetry": "kiln.core.telemetry.records",
 }
 __all__ = [
+    "CATEGORY_ORDER",
     "COMPILE_MODES",
     "FINGERPRINT_KEYS",
     "PRECISIONS",
@@ -100,6 +105,8 @@ __all__ = [
     "NonFiniteLossError",
     "NonFiniteWeightsError",
     "PrecisionAudit",
+    "ProfileConfig",
+    "StepBreakdown",
     "Telemetry",
     "TrainerConfig",
     "apply_threads_per_rank",
@@ -134,6 +141,7 @@ __all__ = [
     "reset_cpu_peak",
     "save_checkpoint",
     "status_kb",
+    "step_breakdown",
     "stop_on_signals",
     "structured_trace",
     "tensor_bytes",
@@ -168,6 +176,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         COMPILE_MODES,
         PRECISIONS,
         CompileConfig,
+        ProfileConfig,
         TrainerConfig,
         check_global_batch,
     )
@@ -185,7 +194,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         NonFiniteLossError,
         NonFiniteWeightsError,
     )
-    from kiln.core.loop.compile import structured_trace
     from kiln.core.loop.fit import fit
     from kiln.core.loop.optim import unpack_optimizers
     from kiln.core.loop.precision_audit import PrecisionAudit, precision_audit
@@ -202,6 +210,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         usable_cores,
     )
     from kiln.core.telemetry.memory import reset_cpu_peak, status_kb, tensor_bytes
+    from kiln.core.telemetry.profile import CATEGORY_ORDER, StepBreakdown, step_breakdown
     from kiln.core.telemetry.records import (
         CacheFigures,
         Calibration,
@@ -213,3 +222,4 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         MatmulPeak,
         Telemetry,
     )
+    from kiln.core.upstream_internals import structured_trace

@@ -308,3 +308,36 @@ def check_global_batch(where: str, saved: tuple[int, int, int], now: tuple[int, 
         f"{' x '.join(map(str, saved))} = {global_batch}, this run's "
         f"{' x '.join(map(str, now))} = {here}; {works}"
     )
+
+
+@dataclass
+class ProfileConfig:
+    """What :class:`StepProfiler` records (kiln-train's ``profile=steps`` config group).
+
+    Raises:
+        ValueError: A step count that is negative, or ``active`` < 1.
+    """
+
+    directory: str = "profile"
+    """Where the trace (and on CUDA the memory snapshot) go."""
+    wait: int = 2
+    """Steps to skip first (the first step compiles and counts FLOPs)."""
+    warmup: int = 2
+    """Steps recorded and dropped before the measured ones."""
+    active: int = 3
+    """Steps measured."""
+    record_shapes: bool = False
+    """Record each op's input shapes (a bigger trace)."""
+    profile_memory: bool = False
+    """Record tensor allocations and frees in the trace."""
+    with_stack: bool = False
+    """Record Python stacks (a much bigger trace, slower steps)."""
+    memory_snapshot: bool = True
+    """On CUDA, the allocator's history as a snapshot file."""
+
+    def __post_init__(self) -> None:
+        if min(self.wait, self.warmup) < 0 or self.active < 1:
+            raise ValueError(
+                f"profile steps: wait={self.wait}, warmup={self.warmup}, active={self.active}; "
+                "wait and warmup are >= 0 and active >= 1"
+            )

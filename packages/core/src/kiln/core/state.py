@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import lightning as L
     import torch
-    from lightning.fabric.wrappers import _FabricModule  # pyright: ignore[reportPrivateUsage]
     from torch.utils.data import DataLoader
 
     from kiln.core.config import TrainerConfig
@@ -60,7 +59,6 @@ class RunState:
     metrics: dict[str, float] = field(default_factory=dict)
     checkpoint: str | None = None  # the newest checkpoint this run wrote
     lr: float | None = None  # the learning rate the latest step used
-    counts_checked: bool = False  # count_items was compared with num_items (once per process)
     stop_reason: str | None = None  # a callback asked the run to stop (saved: resume stays stopped)
     stop_signal: str | None = None  # a signal stopped it at a step boundary (never saved)
     run_id: str | None = None  # set by the resume stage: kept across restarts
@@ -115,15 +113,12 @@ class Context:
     fabric: L.Fabric
     trainer: TrainerConfig
     module: L.LightningModule  # the module as given (hooks, count_items)
-    model: _FabricModule  # the Fabric-wrapped (and maybe compiled) module that runs the steps
+    model: torch.nn.Module  # the Fabric-wrapped (and maybe compiled) module that runs the steps
     # model.training_step, resolved once: Fabric's wrapper looks it up through several
     # __getattr__ calls (tens of microseconds), and the callable it returns is reusable
     training_step: Callable[..., Any]
     # Fabric's wrapper (at run time an instance of the torch optimizer's own class)
     optimizer: torch.optim.Optimizer
-    # what optimizer_step calls .step() on: the torch optimizer itself where Fabric's
-    # wrapper would only pass the call through its layers (see _stepped)
-    stepped: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler | None
     scaler: torch.amp.GradScaler | None  # the GradScaler of 16-mixed, else None
     train_loader: DataLoader[Any]

@@ -13,10 +13,12 @@ imports this module outside ``sys.modules``, where dataclasses cannot resolve st
 from dataclasses import dataclass
 from typing import Any
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
 
 from kiln.experiments.settings.repeats import REPEAT_KEY
+from kiln.experiments.upstream_internals import basic_sweeper
+
+BasicSweeper = basic_sweeper()
 
 
 class InterleavedSweeper(BasicSweeper):

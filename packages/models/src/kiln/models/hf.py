@@ -24,6 +24,7 @@ from kiln.models.classification import (
     classification_metrics,
     classification_outputs,
 )
+from kiln.models.data.packing import document_mask
 from kiln.models.hf_float64 import compute_in_input_dtype
 from kiln.models.module import KilnModule
 from kiln.models.optim import OptimizerConfig, SchedulerConfig
@@ -31,6 +32,8 @@ from kiln.models.registry import register_alias, register_model
 from kiln.models.tokens import count_tokens, mean_token_loss, perplexity, token_nll
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+PACKING_ATTENTION = ("sdpa", "eager")
+"""HF attention implementations that take packed rows' 4-D document mask."""
 
 TINY_CONFIGS: dict[str, dict[str, Any]] = {
     "bert": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -365,7 +368,33 @@ class HFCausalLM(HFModule):
         return CausalLMData(**TINY_TEXT)
 
     def model_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if "document_ids" in batch:  # packed rows (CausalLMData(packing=True))
+            return {
+                "input_ids": batch["input_ids"],
+                "position_ids": batch["position_ids"],
+                "attention_mask": document_mask(batch["document_ids"], self._mask_dtype()),
+            }
         return {k: batch[k] for k in ("input_ids", "attention_mask") if k in batch}
+
+    def check_packing(self) -> None:
+        """Fail unless the model's attention takes packed rows' 4-D document mask.
+
+        Raises:
+            ValueError: The attention implementation is neither ``sdpa`` nor ``eager``.
+        """
+        implementation = self.model.config._attn_implementation
+        if implementation not in PACKING_ATTENTION:
+            raise ValueError(
+                f"packing=true needs attention that takes a 4-D document mask; "
+                f"attn_implementation={implementation!r} does not. Use one of: "
+                f"{', '.join(PACKING_ATTENTION)}, or set packing=false"
+            )
+
+    def _mask_dtype(self) -> torch.dtype | None:
+        """SDPA takes a boolean mask; eager attention adds a float one to its scores."""
+        if self.model.config._attn_implementation == "eager":
+            return self.model.get_input_embeddings().weight.dtype
+        return None
 
     def token_nll(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token NLL (0 where ignored) and the mask of counted tokens, both (B, L-1)."""

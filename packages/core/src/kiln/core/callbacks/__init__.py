@@ -6,8 +6,9 @@ from kiln.core.callbacks.best_checkpoint import BestCheckpoint
 from kiln.core.callbacks.early_stopping import EarlyStopping
 from kiln.core.callbacks.ema import EMA
 from kiln.core.callbacks.handle import FitHandle
+from kiln.core.callbacks.profiler import StepProfiler
 
-__all__ = ["EMA", "BestCheckpoint", "EarlyStopping", "FitHandle"]
+__all__ = ["EMA", "BestCheckpoint", "EarlyStopping", "FitHandle", "StepProfiler"]
 
 
 def __getattr__(name: str) -> Any:

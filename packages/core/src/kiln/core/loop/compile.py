@@ -7,8 +7,8 @@
   graph, so compile time stops growing with depth (PyTorch's regional-compilation
   recipe). In-place compilation keeps parameter names, so checkpoints carry no
   ``_orig_mod.`` prefix; it is undone after the fit.
-- ``compile.trace`` (:func:`structured_trace`): torch's structured compile trace, the log
-  ``TORCH_TRACE`` writes and ``tlparse`` reads, into a directory.
+- ``compile.trace`` (:func:`kiln.core.upstream_internals.structured_trace`): torch's
+  structured compile trace, the log ``TORCH_TRACE`` writes and ``tlparse`` reads.
 - ``compile.cache_dir``: inductor's FX graph cache and the AOTAutograd cache are switched on
   and kept in that directory for the fit, so the jobs of a sweep (and re-runs) that compile
   the same graphs pay for them once. Each fit still starts from a clean in-memory dynamo
@@ -27,35 +27,6 @@ from kiln.core.blocks import repeated_blocks
 from kiln.core.config import CompileConfig
 
 _CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
-_TRACE_ENV = "TORCH_TRACE"
-
-
-@contextmanager
-def structured_trace(directory: str | os.PathLike[str]) -> Generator[None, None, None]:
-    """Write torch's structured compile trace into ``directory`` while the block runs.
-
-    What ``TORCH_TRACE=<directory>`` does for a whole process, for this block: this process
-    logs through a trace handler of its own (the one torch installs at import), and processes
-    started inside the block (workers) inherit ``TORCH_TRACE``. One file per process,
-    ``dedicated_log_torch_trace_*.log``; ``tlparse <file>`` makes an HTML report of it.
-    """
-    from torch._logging._internal import LazyTraceHandler, TorchLogsFormatter, trace_log
-
-    os.makedirs(directory, exist_ok=True)
-    handler = LazyTraceHandler(os.fspath(directory))
-    handler.setFormatter(TorchLogsFormatter(trace=True))
-    previous = os.environ.get(_TRACE_ENV)
-    os.environ[_TRACE_ENV] = os.fspath(directory)
-    trace_log.addHandler(handler)
-    try:
-        yield
-    finally:
-        trace_log.removeHandler(handler)
-        handler.close()
-        if previous is None:
-            os.environ.pop(_TRACE_ENV, None)
-        else:
-            os.environ[_TRACE_ENV] = previous
 
 
 @contextmanager

@@ -22,10 +22,6 @@ from typing import Any, cast
 
 import torch
 from lightning.fabric import Fabric
-from lightning.fabric.wrappers import (
-    _FabricDataLoader,  # pyright: ignore[reportPrivateUsage]
-    _unwrap_objects,  # pyright: ignore[reportPrivateUsage]
-)
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
@@ -83,14 +79,13 @@ def training_loader(loader: DataLoader[Any], fabric: Fabric, seed: int) -> DataL
             "resume is exact only if it orders batches by (seed, epoch) via set_epoch()",
             stacklevel=2,
         )
-        # one loader in, one wrapper out; it keeps the loader Fabric rebuilt with its sampler
+        # one loader in, one out: Fabric's rebuilt loader, its batch sampler sharded by rank
         # (Fabric and torch annotate these with bare generics)
         wrapped = cast(
-            _FabricDataLoader,
+            DataLoader[Any],
             fabric.setup_dataloaders(loader, move_to_device=False),  # pyright: ignore[reportUnknownMemberType]
         )
-        inner: DataLoader[Any] = _unwrap_objects(wrapped)
-        batches = cast(Sampler[list[int]], inner.batch_sampler)  # pyright: ignore[reportUnknownMemberType]
+        batches = cast(Sampler[list[int]], wrapped.batch_sampler)  # pyright: ignore[reportUnknownMemberType]
     else:
         sampler: DistributedSampler[int] = DistributedSampler(
             loader.dataset,

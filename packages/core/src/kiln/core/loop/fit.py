@@ -44,6 +44,7 @@ from kiln.core.errors import (
 from kiln.core.loop.activation_checkpointing import activation_checkpointing
 from kiln.core.loop.compile import compile_scope
 from kiln.core.loop.data import epoch_batches
+from kiln.core.loop.first_step import LATER_STEPS, FirstStep, StepExtras
 from kiln.core.loop.log_validate_checkpoint import LogValidateCheckpoint
 from kiln.core.loop.resume import resume
 from kiln.core.loop.setup import setup
@@ -110,10 +111,12 @@ def fit(
         ctx.fabric.call("on_fit_start")
         ctx.model.train()
         poll = StopPoll(ctx.fabric)
+        extras: StepExtras = FirstStep(ctx, run)  # then LATER_STEPS
         with periodic.progress, listening(), periodic.closed_on_error(), _sampling(ctx, run):
             # a stop a callback or a signal requested is honoured here, at the step boundary
             while run.global_step < ctx.total_steps and run.stop_reason is None:
-                out = train_step(ctx, run, next(windows))
+                out = train_step(ctx, run, next(windows), extras)
+                extras = LATER_STEPS
                 signum = poll() if run.global_step < ctx.total_steps else 0
                 periodic.after_step(out, interrupted=bool(signum))
                 if signum:  # after the checkpoint: a resumed run must not stay stopped

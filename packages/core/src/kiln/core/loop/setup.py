@@ -9,13 +9,11 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import lightning as L
 import torch
 from lightning.fabric.plugins import ClusterEnvironment, Precision
-from lightning.fabric.strategies.ddp import DDPStrategy
-from lightning.fabric.strategies.single_device import SingleDeviceStrategy
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader
 
@@ -38,11 +36,6 @@ from kiln.core.state import Context
 from kiln.core.telemetry.compile_watch import CompileWatch
 from kiln.core.telemetry.memory import reset_peak_memory
 from kiln.core.telemetry.step_timer import StepTimer
-
-if TYPE_CHECKING:
-    from lightning.fabric.plugins.precision.precision import (
-        _PRECISION_INPUT,  # pyright: ignore[reportPrivateUsage]
-    )
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +82,7 @@ def setup(
         module=module,
         model=model,
         training_step=through_root(model, "training_step") if sharded else model.training_step,
-        optimizer=(optimizer := cast(torch.optim.Optimizer, fabric.setup_optimizers(optimizer))),
-        stepped=_stepped(fabric, optimizer, [module, *(callbacks or [])]),
+        optimizer=cast(torch.optim.Optimizer, fabric.setup_optimizers(optimizer)),
         scheduler=scheduler,
         scaler=getattr(fabric.strategy.precision, "scaler", None),  # set with 16-mixed only
         train_loader=train_loader,
@@ -135,8 +127,9 @@ def build_fabric(
         devices=trainer.devices,
         num_nodes=trainer.num_nodes,
         strategy=select_strategy(trainer),
-        # a string TrainerConfig checked, for Fabric to check against its own list
-        precision=None if has_precision else cast("_PRECISION_INPUT", trainer.precision),
+        # a string TrainerConfig checked, for Fabric to check against its own list (Fabric
+        # types it with a Literal of its private module)
+        precision=None if has_precision else cast(Any, trainer.precision),
         plugins=plugins or None,
         loggers=list(loggers or []),
         callbacks=callbacks,
@@ -153,19 +146,6 @@ def select_strategy(trainer: TrainerConfig) -> Any:
     if trainer.strategy == "auto" and world > 1:
         return "ddp"
     return trainer.strategy
-
-
-def _stepped(fabric: L.Fabric, optimizer: Any, listeners: list[Any]) -> torch.optim.Optimizer:
-    """Fabric's optimizer wrapper, or the torch optimizer in it where the wrapper would only
-    pass ``step()`` through (one device or DDP, a precision plugin without optimizer logic, no
-    ``on_after_optimizer_step`` listener): its layers of calls cost on every step."""
-    strategy = fabric.strategy
-    passes_through = (
-        type(strategy) in (SingleDeviceStrategy, DDPStrategy)
-        and type(strategy.precision) is Precision
-        and not any(callable(getattr(x, "on_after_optimizer_step", None)) for x in listeners)
-    )
-    return optimizer.optimizer if passes_through else optimizer
 
 
 def _counts_flops(

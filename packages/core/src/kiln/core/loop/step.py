@@ -8,9 +8,7 @@ of them. Item counts are exact: host integers on the one-process path, float64 t
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Generator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -18,15 +16,10 @@ import lightning as L
 import torch
 
 from kiln.core.errors import NonFiniteGradientError, check_window_total
-from kiln.core.loop.activation_checkpointing import paused
+from kiln.core.loop.first_step import LATER_STEPS, StepExtras
 from kiln.core.loop.precision import call_under_precision
-from kiln.core.loop.precision_audit import auditing
 from kiln.core.module_contract import as_dict, count_items, default_count_items
 from kiln.core.state import Context, RunState
-from kiln.core.telemetry.flops import count_micro_batch_flops
-from kiln.core.telemetry.memory import grad_bytes
-
-log = logging.getLogger(__name__)
 
 _AT_LEAST_FP32 = (torch.float32, torch.float64)
 
@@ -44,17 +37,16 @@ class StepOutput:
     grad_norm: torch.Tensor | None  # with clipping only
 
 
-def train_step(ctx: Context, run: RunState, window: list[Any]) -> StepOutput:
-    """Train on ``window`` (host micro-batches) and take one optimizer step; advance ``run``."""
-    check, run.counts_checked = not run.counts_checked, True  # once: count_items vs num_items
-    if check and ctx.count_flops:  # once, outside the timed step
-        with paused(ctx.module, ctx.activation_checkpointing):  # recomputation adds no FLOPs
-            run.micro_batch_flops = count_micro_batch_flops(ctx.module, window[0])
+def train_step(
+    ctx: Context, run: RunState, window: list[Any], extras: StepExtras = LATER_STEPS
+) -> StepOutput:
+    """Train on ``window`` (host micro-batches) and take one optimizer step; advance ``run``.
+    ``extras``: the first step's one-off work (:class:`~kiln.core.loop.first_step.FirstStep`)."""
+    extras.before(window)
     ctx.timer.start()
-    with _audited(ctx, run, check):
-        losses, counts, total, samples, last = train_window(ctx, window, run.batch_in_epoch, check)
-    if check:  # once: the gradients exist only between the backward and zero_grad
-        run.grad_bytes = grad_bytes(ctx.module)
+    with extras.around_window():
+        losses, items, total, samples, last = train_window(ctx, window, run.batch_in_epoch)
+    extras.after_backward(window, items)
     step = run.global_step + 1
     grad_norm, skipped, run.lr = optimizer_step(ctx, step, total)
     run.skipped_steps += skipped
@@ -66,38 +58,11 @@ def train_step(ctx: Context, run: RunState, window: list[Any]) -> StepOutput:
         run.epoch += 1
         run.batch_in_epoch = 0
     ctx.timer.stop(samples * ctx.fabric.world_size, total if ctx.counts_tokens else None)
-    return StepOutput(step, losses, counts, total, grad_norm)
-
-
-@contextmanager
-def _audited(ctx: Context, run: RunState, first: bool) -> Generator[None]:
-    """With ``trainer.precision_audit``, audit the first window (eagerly, also when compiled:
-    the audit sees aten ops) into ``run.precision_audit``, and warn if an op did not run as
-    the precision says."""
-    if not (first and ctx.trainer.precision_audit):
-        yield
-        return
-    with (
-        torch.compiler.set_stance("force_eager"),
-        auditing(ctx.module, ctx.trainer.precision) as audit,
-    ):
-        yield
-    run.precision_audit = audit.record()
-    problems = audit.problems()
-    if problems and ctx.fabric.is_global_zero:
-        where = list(dict.fromkeys(op.module or "(top level)" for op in problems))
-        log.warning(
-            "precision audit: %d ops did not run as trainer.precision=%s says, in %s%s "
-            "(the telemetry's precision_audit lists them)",
-            sum(op.count for op in problems),
-            ctx.trainer.precision,
-            ", ".join(where[:10]),
-            f" and {len(where) - 10} more modules" if len(where) > 10 else "",
-        )
+    return StepOutput(step, losses, items, total, grad_norm)
 
 
 def train_window(
-    ctx: Context, window: list[Any], first_batch_idx: int, check: bool
+    ctx: Context, window: list[Any], first_batch_idx: int
 ) -> tuple[list[torch.Tensor], list[Any], int | torch.Tensor, int, tuple[Any, Any, int]]:
     """Forward and backward every micro-batch of a window.
 
@@ -127,9 +92,10 @@ def train_window(
     for j in range(len(window)):
         batch, upcoming = upcoming, to_device(cast(object, window[j + 1])) if j < last else None
         # Gradients are all-reduced once per window, on its last micro-batch.
-        # (Fabric annotates no_backward_sync with a bare AbstractContextManager)
+        # (Fabric annotates no_backward_sync with a bare AbstractContextManager and its module
+        # with its private wrapper class, which fabric.setup returned)
         no_sync = (
-            cast("AbstractContextManager[None]", fabric.no_backward_sync(model, enabled=True))  # pyright: ignore[reportUnknownMemberType]
+            cast("AbstractContextManager[None]", fabric.no_backward_sync(model, enabled=True))  # pyright: ignore[reportUnknownMemberType, reportArgumentType]
             if j < last
             else nullcontext()
         )
@@ -137,8 +103,6 @@ def train_window(
             out = call_under_precision(precision, step_fn, batch, first_batch_idx + j)
             del batch  # the graph holds what backward needs; the batch itself can go
             loss, n = _unpack_step(out)
-            if check:
-                _check_counts(n, counts[j])
             # DDP averages gradients over ranks, hence * world: the sum runs over all items.
             weighted = _weighted(loss, n, fabric.world_size, total)
             ctx.hooks("on_before_backward", weighted)
@@ -207,15 +171,15 @@ def optimizer_step(
         check_window_total(total, step)  # host integer: free to check before the update
     ctx.hooks("on_before_optimizer_step", optimizer)  # as in Lightning: before clipping
     grad_norm = _clip(ctx, step, total)
-    lr = float(ctx.stepped.param_groups[0]["lr"])  # a tensor lr (compiled optimizers) is read here
+    lr = float(optimizer.param_groups[0]["lr"])  # a tensor lr (compiled optimizers) is read here
     scale_before = scaler.get_scale() if scaler is not None else None
-    ctx.stepped.step()
+    optimizer.step()
     # note: get_scale() is a host sync, paid only with 16-mixed's GradScaler. A lower scale
     # means it found inf/NaN gradients and skipped the update: the schedule must not advance.
     skipped = scale_before is not None and scaler is not None and scaler.get_scale() < scale_before
     if ctx.scheduler is not None and not skipped:
         ctx.scheduler.step()
-    ctx.stepped.zero_grad(set_to_none=True)  # Fabric's wrapper would forward each attribute
+    optimizer.zero_grad(set_to_none=True)
     return grad_norm, skipped, lr
 
 
@@ -261,16 +225,6 @@ def _unpack_step(out: Any) -> tuple[torch.Tensor, Any]:
             + (f" with keys {sorted(step_out)}" if step_out is not None else "")
         )
     return step_out["loss"], step_out["num_items"]
-
-
-def _check_counts(reported: Any, counted: Any) -> None:
-    """Once per run: the count that weighted the loss is the count the step averaged over."""
-    if int(reported) != int(counted):
-        raise ValueError(
-            f"training_step reported num_items={int(reported)} but count_items(batch) gives "
-            f"{int(counted)}; define count_items(batch) on the module to count what the loss "
-            "averages over (e.g. non-padding label tokens)"
-        )
 
 
 def count_dtype(device: torch.device) -> torch.dtype:

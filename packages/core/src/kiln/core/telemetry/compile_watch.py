@@ -136,7 +136,7 @@ class CompileWatch:
         depend on what was compiled before it in the process. On-disk caches are kept.
         """
         # else a second run reuses the first one's graphs, uncounted (no public reset)
-        torch._dynamo.reset()  # pyright: ignore[reportPrivateUsage]
+        torch.compiler.reset()
         _graph_break_log().breaks.clear()
         dynamo_utils.counters.clear()
         dynamo_utils.guard_failures.clear()

@@ -20,7 +20,6 @@ import torch
 from lightning.fabric.utilities.apply_func import (
     apply_to_collection,  # pyright: ignore[reportPrivateImportUsage, reportUnknownVariableType]
 )
-from torch.nn.utils.stateless import _reparametrize_module  # pyright: ignore[reportPrivateUsage]
 from torch.utils.flop_counter import FlopCounterMode
 
 from kiln.core.module_contract import as_dict
@@ -95,25 +94,37 @@ def count_micro_batch_flops(module: torch.nn.Module, batch: Any) -> int | None:
     batch = hook(batch) if callable(hook) else batch
     meta_batch = apply_to_collection(batch, torch.Tensor, _to_meta)
     counter = FlopCounterMode(display=False)
-    # a LightningModule's (the contract's), which nn.Module's __getattr__ cannot type
-    training_step = cast(Callable[..., Any], module.training_step)
+    stand_ins = {f"module.{name}": t for name, t in {**params, **buffers}.items()}
     try:
         # force_eager: blocks compiled in place (regional compile) must not trace meta inputs
         with (
             torch.random.fork_rng(devices=[]),  # pyright: ignore[reportUnknownMemberType]
             torch.compiler.set_stance("force_eager"),
-            _reparametrize_module(module, {**params, **buffers}),
             counter,
         ):
-            out = training_step(meta_batch, 0)
-            step_out = as_dict(out)
-            loss = out if step_out is None else step_out["loss"]
-            if loss.requires_grad:
-                loss.backward()
+            torch.func.functional_call(_StepAndBackward(module), stand_ins, (meta_batch,))
     except Exception as error:  # any failure only costs the figure, never the run
         _log_not_counted(module, error)
         return None
     return int(counter.get_total_flops())
+
+
+class _StepAndBackward(torch.nn.Module):
+    """``training_step`` and its backward as one ``forward``: what ``functional_call`` runs
+    with the meta stand-ins in place of the module's own parameters and buffers."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, batch: Any) -> None:
+        # a LightningModule's (the contract's), which nn.Module's __getattr__ cannot type
+        training_step = cast(Callable[..., Any], self.module.training_step)
+        out = training_step(batch, 0)
+        step_out = as_dict(out)
+        loss = out if step_out is None else step_out["loss"]
+        if loss.requires_grad:
+            loss.backward()
 
 
 def _to_meta(tensor: torch.Tensor) -> torch.Tensor:

@@ -182,46 +182,21 @@ def describe_machine() -> Machine:
 
 
 def expand_hostlist(hostlist: str) -> list[str]:
-    """The node names of a SLURM hostlist, in order, as ``scontrol show hostnames`` prints them.
-
-    ``"node[0-1],gpu[08-10,12]"`` -> ``node0 node1 gpu08 gpu09 gpu10 gpu12``; zero padding is
-    kept, and several bracket groups in one name (``rack[1-2]-n[1-2]``) expand to every pair.
+    """The node names of a SLURM hostlist, in order, as ``scontrol show hostnames`` prints them
+    (python-hostlist's parser: ``"node[0-1],gpu[08-10,12]"`` -> ``node0 node1 gpu08 gpu09
+    gpu10 gpu12``).
 
     Raises:
-        ValueError: A bracket is not closed or a range is not ``<int>`` or ``<int>-<int>``.
+        ValueError: The hostlist does not parse (an unclosed ``[``, a range that is not
+            ``<int>`` or ``<int>-<int>``); the message names it.
     """
-    names: list[str] = []
-    depth, start = 0, 0
-    for i, char in enumerate(hostlist + ","):
-        depth += {"[": 1, "]": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            if hostlist[start:i]:
-                names += _expand_name(hostlist[start:i], hostlist)
-            start = i + 1
-    if depth:
-        raise ValueError(f"SLURM hostlist {hostlist!r} has an unclosed '['")
+    import hostlist as python_hostlist  # pyright: ignore[reportMissingTypeStubs]
+
+    try:
+        names: list[str] = python_hostlist.expand_hostlist(hostlist)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+    except python_hostlist.BadHostlist as error:  # pyright: ignore[reportUnknownMemberType]
+        raise ValueError(f"SLURM hostlist {hostlist!r} does not parse: {error}") from error
     return names
-
-
-def _expand_name(name: str, hostlist: str) -> list[str]:
-    if "[" not in name:
-        return [name]
-    head, _, rest = name.partition("[")
-    body, closed, tail = rest.partition("]")
-    if not closed:
-        raise ValueError(f"SLURM hostlist {hostlist!r} has an unclosed '[' in {name!r}")
-    suffixes = _expand_name(tail, hostlist) if tail else [""]
-    expanded: list[str] = []
-    for part in body.split(","):
-        low, dash, high = part.partition("-")
-        if not low.isdigit() or (dash and not high.isdigit()):
-            raise ValueError(
-                f"SLURM hostlist {hostlist!r}: {part!r} is not a number or a range like 01-04"
-            )
-        width = len(low)
-        for number in range(int(low), int(high or low) + 1):
-            expanded += [f"{head}{number:0{width}d}{suffix}" for suffix in suffixes]
-    return expanded
 
 
 FINGERPRINT_KEYS = (

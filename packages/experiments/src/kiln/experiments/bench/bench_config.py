@@ -26,6 +26,9 @@ class BenchSettings:
     """Extra steps of each variant whose largest peak is its peak memory (0: skip)."""
     cold_compile: bool = True
     """Compile without inductor's on-disk caches, so ``compile_time_s`` is a first run's."""
+    profile_steps: int = 0
+    """After timing, profile this many steps of each variant (one trace each in the job dir,
+    a breakdown each in bench.json's ``profile``); 0: no profile."""
     tolerance: float | None = None
     """Accepted relative error of loss and gradients; ``None``: by precision (1e-4 for
     32-true, 1e-2 for 16-mixed, 2e-2 for bf16-mixed)."""
@@ -36,6 +39,7 @@ class BenchSettings:
             ("warmup", self.warmup, 0),
             ("repeats", self.repeats, 1),
             ("memory_steps", self.memory_steps, 0),
+            ("profile_steps", self.profile_steps, 0),
         ):
             if not isinstance(value, int) or value < low:
                 raise ValueError(

@@ -50,6 +50,8 @@ def measure(settings: BenchConfig, resolved: dict[str, Any]) -> dict[str, Any]:
         tolerance=settings.bench.tolerance,
         seed=settings.trainer.seed,
         cold_compile=settings.bench.cold_compile,
+        profile_steps=settings.bench.profile_steps,
+        profile_dir=settings.paths.output_dir,
     )
 
 

@@ -32,6 +32,7 @@ import math
 import time
 import traceback
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -246,7 +247,7 @@ def compare(eager: dict, compiled: dict, tolerance: float) -> dict[str, Any]:
 
 def reset_dynamo() -> None:
     """Forget compiled code, so each benchmark (one of several in a process) starts cold."""
-    torch._dynamo.reset()
+    torch.compiler.reset()
 
 
 def run_benchmark(
@@ -262,6 +263,8 @@ def run_benchmark(
     tolerance: float | None = None,
     seed: int = 0,
     cold_compile: bool = True,
+    profile_steps: int = 0,
+    profile_dir: str | Path | None = None,
 ) -> BenchResult:
     """Benchmark eager against compiled training steps of ``module`` on ``batch``.
 
@@ -281,6 +284,8 @@ def run_benchmark(
         seed: Seeds torch before each variant's first step.
         cold_compile: Bypass inductor's and AOT autograd's on-disk caches while compiling,
             so ``compile_time_s`` is what a first run on a fresh machine pays.
+        profile_steps: After timing, profile this many steps of each variant into
+            ``profile_dir`` (:mod:`kiln.experiments.bench.profile_phases`); 0: no profile.
 
     Returns:
         The measurement part of ``bench.json``: ``status`` (``pass``/``fail``/``error``),
@@ -329,6 +334,7 @@ def run_benchmark(
                 compiled.step(batch)
         with stage("timing"):
             result.update(_timed_pairs(eager, compiled, batch, repeats))
+        result.update(_profiles(eager, compiled, batch, profile_steps, profile_dir))
         with stage("memory"):
             if memory_steps:
                 result.update(_peak_memory(eager, compiled, batch, memory_steps))
@@ -350,6 +356,25 @@ def run_benchmark(
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return result
+
+
+def _profiles(
+    eager: _Variant, compiled: _Variant, batch: Any, steps: int, directory: str | Path | None
+) -> BenchResult:
+    """``steps`` profiled steps of each variant (nothing with ``steps`` 0)."""
+    if not steps:
+        return {}
+    from kiln.experiments.bench.profile_phases import profile_variant
+
+    root = Path(directory or ".")
+    with stage("profile"):
+        profiles = {
+            name: profile_variant(
+                lambda v=variant: v.step(batch), variant.device, steps, root / f"profile_{name}"
+            )
+            for name, variant in (("eager", eager), ("compiled", compiled))
+        }
+    return {"profile": profiles}
 
 
 def _first_steps(

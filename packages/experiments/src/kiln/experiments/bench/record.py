@@ -55,6 +55,9 @@ class BenchResult(SpeedupStats, CacheFigures, CompileCounts, total=False):
     compile_time_s: float | None
     cold_compile: bool
     accuracy: dict[str, Any]
+    profile: dict[str, Any]
+    """With ``bench.profile_steps``: ``{"eager": ..., "compiled": ...}``, each the trace's path
+    and the ``breakdown`` of a step."""
     # the timed pairs: SpeedupStats, and the times
     eager_times_s: list[float]
     compiled_times_s: list[float]

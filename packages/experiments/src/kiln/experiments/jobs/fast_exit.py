@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import atexit
 import os
 import sys
 import threading
+
+from kiln.experiments.upstream_internals import run_exit_handlers
 
 
 def end_process() -> None:
@@ -14,9 +15,9 @@ def end_process() -> None:
     Everything a command writes is written by then: the exit handlers (``atexit``) run
     first: W&B's teardown, ``logging``'s flush, finalizers, a plugin's own; then stdout and
     stderr are flushed. What is skipped is Python's teardown of every module and object,
-    which with torch, Lightning and transformers loaded takes seconds (1.5 s of CPU for
-    torch alone on the 2-core machine) and writes nothing. With a non-daemon thread still
-    running, it returns instead, and the interpreter waits for the thread as usual.
+    which with torch, Lightning and transformers loaded takes seconds and writes nothing
+    (measured in docs/benchmarks-peers.md). With a non-daemon thread still running, it
+    returns instead, and the interpreter waits for the thread as usual.
     """
     if any(
         t.is_alive() and not t.daemon
@@ -24,7 +25,7 @@ def end_process() -> None:
         if t is not threading.main_thread()
     ):
         return
-    atexit._run_exitfuncs()  # CPython's exit handlers, in their order (private, long stable)
+    run_exit_handlers()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -13,11 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from kiln.core import Telemetry
+from kiln.experiments.settings.dotted import select
 from kiln.experiments.settings.job_info import JobMachine
 
 FROM_FIT = {"from_fit": True}
 """The metadata of a field ``fit`` fills: copied from its result (``kiln.core.FitResult`` plus
 the weights hash) into the record when training ends."""
+
+
+NEWER = {"newer": True}
+"""The metadata of a field earlier releases' summaries lack: left out of the JSON while unset,
+so such a summary reads and writes back unchanged."""
 
 
 def _lookup(cfg: Any, key: str) -> Any:
@@ -30,10 +36,7 @@ def _lookup(cfg: Any, key: str) -> Any:
         except Exception:  # an interpolation that fails in a way select does not catch
             return None
         return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-    value = cfg
-    for part in key.split("."):
-        value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
-    return value
+    return select(cfg, key)
 
 
 @dataclass
@@ -84,6 +87,9 @@ class TrainRecord:
     best_checkpoint: dict[str, Any] | None = field(default=None, metadata=FROM_FIT)
     """With a ``BestCheckpoint`` callback: its file (``path``), the ``step`` it holds, the
     ``monitor``-ed metric and its ``value`` there."""
+    profile: dict[str, Any] | None = field(default=None, metadata={**FROM_FIT, **NEWER})
+    """With ``profile=steps``: the trace's path, the profiled ``steps`` and the ``breakdown``
+    of a step's time (``kiln.core.telemetry.profile.StepBreakdown``)."""
     compile_trace: dict[str, Any] | None = None
     """With ``compile.trace=true``: where torch's trace and the tlparse report are kept."""
     # where and how it ran
@@ -164,7 +170,11 @@ class TrainRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The record as ``summary.json`` holds it (``extra`` merged back in)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        out = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name != "extra" and not (f.metadata.get("newer") and getattr(self, f.name) is None)
+        }
         return {**out, **self.extra}
 
     @classmethod

@@ -34,6 +34,14 @@ from kiln.experiments.report.bench import (
 )
 from kiln.experiments.report.compile_issues import COMPILE_ISSUE_COLUMNS, compile_issue_rows
 from kiln.experiments.report.load import load_sweep
+from kiln.experiments.report.profiles import (
+    ProfilePair,
+    bench_profile_pairs,
+    compact_line,
+    profile_pairs,
+    table_rows,
+)
+from kiln.experiments.report.profiles import markdown as profile_markdown
 from kiln.experiments.report.render import (
     columns_of,
     machine_lines,
@@ -116,6 +124,10 @@ def build_report(
     if sweep.train:
         files_, plots_, lines = train_section(sweep.train, out, tables, shown)
         files, plots, md = files + files_, plots + plots_, md + lines
+    pairs = profile_pairs(sweep.train) + bench_profile_pairs(sweep.bench)
+    if pairs:
+        files_, plots_, lines = profile_section(pairs, out, tables)
+        files, plots, md = files + files_, plots + plots_, md + lines
     files_, lines = compile_issues_section(records, out, tables)
     files, md = files + files_, md + lines
     params = study_params(sweep.root, sweep.train) if sweep.train else []
@@ -132,6 +144,8 @@ def build_report(
         print_header(md[:8])
         print("\n".join(line for line in md if line.startswith("Intervals bootstrapped")))
         print_tables({**tables, **shown}, ", ".join(f.name for f in files if f.suffix != ".png"))
+        for pair in pairs:
+            print(compact_line(pair))
         print(f"wrote into {out}: {', '.join(f.name for f in files)}")
     return {"files": files, "tables": tables, "plots": plots, "records": records}
 
@@ -230,6 +244,20 @@ def bench_section(
         "![speedup](speedup.png)",
     ]
     return files, plots, lines
+
+
+def profile_section(
+    pairs: list[ProfilePair], out: Path, tables: dict
+) -> tuple[list[Path], list[Path], list[str]]:
+    """The profiled runs side by side: ``profiles.csv``, a stacked-bar plot, the tables."""
+    from kiln.experiments.report.plots import profile_bars
+
+    columns = ["pair", "category", "base_ms", "other_ms"]
+    rows = table_rows(pairs)
+    tables["profiles"] = (columns, rows)
+    files = [write_csv(out / "profiles.csv", rows, columns)]
+    plot = profile_bars(pairs, out / "profiles.png")
+    return files, [plot], [*profile_markdown(pairs), "", "![profiles](profiles.png)"]
 
 
 def compile_issues_section(

@@ -11,22 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from kiln.experiments.settings.dotted import flatten
 from kiln.experiments.settings.job_info import PLACEMENT_KEYS, identity_overrides, key_in
 from kiln.experiments.settings.repeats import REPEAT_KEY
 
 # keys that name, tag or place a job without changing what it computes (runs that differ
 # only in the repeat number are repeats of one configuration)
 _NOT_COMPUTED = (*PLACEMENT_KEYS, REPEAT_KEY, "tags", "print_config", "compile.cache_dir")
-
-
-def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and value:
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def computed_config(record: dict[str, Any], ignore: tuple[str, ...] = ()) -> dict[str, Any] | None:
@@ -38,7 +29,7 @@ def computed_config(record: dict[str, Any], ignore: tuple[str, ...] = ()) -> dic
         return None
     job_dir = record.get("output_dir") or record.get("job_dir")
     flat = {}
-    for key, value in _flatten(config).items():
+    for key, value in flatten(config).items():
         if key_in(key, _NOT_COMPUTED + ignore):
             continue
         if job_dir and isinstance(value, str) and str(job_dir) in value:

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kiln.core import require
+from kiln.core import CATEGORY_ORDER, require
 from kiln.experiments.report.labels import differing_labels
+from kiln.experiments.report.profiles import ProfilePair, host_ms
 from kiln.experiments.report.rows import SCALING, SPEEDUP, Ratio, RatioColumns
 
 _LINESTYLES = ["-", "--", ":", "-."]
@@ -396,4 +397,32 @@ def scatter_figure(
     ax.set(title=title, xlabel=xlabel + (" (log scale)" if log_x else ""), ylabel=ylabel)
     ax.grid(alpha=0.3)
     _legend_outside(ax)
+    return fig
+
+
+def profile_bars(pairs: Sequence[ProfilePair], path: Path) -> Path:
+    """Two stacked bars per pair of profiled runs (base, other): ms per step by category."""
+    return _save(profile_figure(pairs), path)
+
+
+def profile_figure(pairs: Sequence[ProfilePair]) -> Any:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(pairs) + 2), 3.6))
+    colours = plt.get_cmap("tab10")
+    labels: list[str] = []
+    positions: list[int] = []
+    for i, pair in enumerate(pairs):
+        for j, record in enumerate((pair.base, pair.other)):
+            x, bottom, spent = i * 3 + j, 0.0, host_ms(record)
+            for k, category in enumerate(CATEGORY_ORDER):
+                value = spent.get(category, 0.0)
+                ax.bar(x, value, bottom=bottom, color=colours(k), label=None if x else category)
+                bottom += value
+            positions.append(x)
+            labels.append(pair.label(record))
+    ax.set_xticks(positions, labels, rotation=30, ha="right", fontsize="small")
+    ax.set_ylabel("ms per step (profiled)")
+    ax.set_title("where the step time goes")
+    _legend_outside(ax)
+    _caption(fig, [f"pairs: {'; '.join(p.title for p in pairs)}"])
     return fig

@@ -13,6 +13,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from kiln.experiments.settings.dotted import select
+
 
 def study_params(root: Path, records: list[dict[str, Any]]) -> list[str]:
     """The parameters an Optuna study in ``root`` searched; ``[]`` when it is no study.
@@ -44,15 +46,6 @@ def _search_space(root: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
     return dict(sweeper.get("params") or {})
 
 
-def _lookup(config: dict[str, Any], dotted: str) -> Any:
-    node: Any = config
-    for key in dotted.split("."):
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return node
-
-
 def study_rows(records: list[dict[str, Any]], params: list[str]) -> tuple[str, list[dict]]:
     """The trials best first (failed and non-finite ones last), with their parameters.
 
@@ -77,7 +70,7 @@ def study_rows(records: list[dict[str, Any]], params: list[str]) -> tuple[str, l
         value = (record.get("metrics") or {}).get(name)
         finite = record.get("status") == "ok" and value is not None and math.isfinite(value)
         row = {"run": Path(str(record.get("job_dir", "?"))).name}
-        row |= {p: _lookup(record.get("config") or {}, p) for p in params}
+        row |= {p: select(record.get("config") or {}, p) for p in params}
         row |= {name: value, "status": record.get("status")}
         rows.append((0 if finite else 1, sign * value if finite else 0.0, row))
     ranked = [row for *_, row in sorted(rows, key=lambda t: (t[0], t[1]))]

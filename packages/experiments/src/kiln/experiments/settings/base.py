@@ -27,6 +27,9 @@ class PathsConfig:
     """Root of all run and sweep directories (``KILN_LOG_DIR``)."""
     output_dir: str | None = "${hydra:runtime.output_dir}"
     """The running job's own directory (``None`` outside a job, e.g. ``--cfg job --resolve``)."""
+    corpus_dir: str = "${oc.env:KILN_CORPUS,${oc.env:KILN_CACHE,${oc.env:HOME}/.cache/kiln}/corpus}"
+    """The shards and tokenizer ``scripts/make_corpus.py`` writes (``data=lm_corpus``;
+    ``KILN_CORPUS``)."""
 
 
 @dataclass

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kiln.experiments.settings.base import LoggerConfig
+from kiln.experiments.settings.dotted import flatten
 from kiln.experiments.settings.job_info import JobInfo
 
 if TYPE_CHECKING:  # Fabric is imported when a run opens, not when a config error is recorded
@@ -40,25 +41,21 @@ RUN_IN_USE_WAIT_S = 60.0
 """How long a resumed job waits for the attempt before it to let go of their W&B run."""
 
 
-WANDB_INIT_IMPORTS = ("wandb", "wandb.sdk.launch.inputs.internal")
-"""What ``wandb.init`` imports (the second: its W&B Launch inputs, and with them W&B's public
-API models), which :func:`import_early` imports before a job's model and Fabric."""
-
-
 def import_early(cfg: LoggerConfig) -> None:
     """Import the W&B modules a ``cfg`` run opens with, now: call it once the config is
     valid and before the job imports its model and Fabric.
 
     W&B's pydantic models read their fields' docstrings from source (pydantic's
     ``use_attribute_docstrings``), and on Python < 3.13 each model class looks its module up
-    by scanning every loaded module: ``wandb.init``'s imports cost 0.84 s after the default
-    job's 5,000 modules are loaded, 0.44 s right after its config (1,500). Nothing for the
-    CSV logger, no logger or W&B's ``disabled`` mode; a W&B release that no longer has one
-    of :data:`WANDB_INIT_IMPORTS` only loses the head start (``wandb.init`` imports what it
-    needs).
+    by scanning every loaded module, so the imports cost less the fewer modules are loaded
+    (measured in docs/benchmarks-peers.md, "W&B's start"). Nothing for the CSV logger, no
+    logger or W&B's ``disabled`` mode; a W&B release that no longer has one of
+    ``WANDB_INIT_IMPORTS`` only loses the head start (``wandb.init`` imports what it needs).
     """
     if cfg.backend != "wandb" or cfg.mode == "disabled":
         return
+    from kiln.experiments.upstream_internals import WANDB_INIT_IMPORTS
+
     for name in WANDB_INIT_IMPORTS:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
@@ -177,7 +174,7 @@ class Tracker:
     def summarize(self, values: dict[str, Any]) -> None:
         """Write ``values`` (final metrics, telemetry, status) into the run's summary."""
         if self.run is not None:
-            self.run.summary.update(_flatten(values))
+            self.run.summary.update(flatten(values, sep="/"))
 
     def log_folder(self, path: str | Path, name: str, kind: str) -> None:
         """Log the folder ``path`` to the W&B run as an artifact ``name`` of type ``kind``
@@ -245,15 +242,3 @@ def _init_when_free(wandb: Any, **kwargs: Any) -> Any:
             if "is in use" not in str(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
-
-
-def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"telemetry": {"recompiles": 0}}`` -> ``{"telemetry/recompiles": 0}``."""
-    flat: dict[str, Any] = {}
-    for key, value in values.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{name}/"))
-        else:
-            flat[name] = value
-    return flat

@@ -18,7 +18,7 @@ class KilnWandbLogger(WandbLogger):
     writes whole-run figures (:data:`SUMMARY_PREFIXES`) to the run's summary.
 
     The stock ``experiment`` property re-labels the run and sends a telemetry record on
-    every access, i.e. on every ``log_metrics``: ~50 ms a call on a busy CPU. Once the run
+    every access, i.e. on every ``log_metrics``, which costs tens of milliseconds. Once the run
     is known (given to the constructor, or attached in a worker process after unpickling)
     it is returned as is. Pickles like the stock logger: a worker attaches to the job's run.
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.core import check_global_batch
+from kiln.experiments.settings.dotted import flatten, select
 from kiln.experiments.settings.job_info import TRAIN, write_job_json
 
 ATTEMPTS_FILE = "attempts.json"
@@ -46,11 +47,11 @@ together when the global batch stays the same (:func:`global_batch_problem`)."""
 
 def _world(cfg: dict[str, Any]) -> tuple[Any, Any, Any]:
     """(processes, micro-batch size, accumulation) of a config: its global batch's factors."""
-    devices, nodes = _select(cfg, "trainer.devices") or 1, _select(cfg, "trainer.num_nodes") or 1
+    devices, nodes = select(cfg, "trainer.devices") or 1, select(cfg, "trainer.num_nodes") or 1
     return (
         devices * nodes,
-        _select(cfg, "data.batch_size"),
-        _select(cfg, "trainer.accumulate_grad_batches"),
+        select(cfg, "data.batch_size"),
+        select(cfg, "trainer.accumulate_grad_batches"),
     )
 
 
@@ -76,26 +77,9 @@ class ResumeConfigError(ValueError):
     """A job re-run into its directory changed what its checkpoint was trained with."""
 
 
-def _flat(value: Any, prefix: str) -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, sub in value.items():
-            out.update(_flat(sub, f"{prefix}.{key}"))
-        return out or {prefix: {}}
-    return {prefix: value}
-
-
 def _product(cfg: dict[str, Any]) -> Any:
     factors = _world(cfg)
     return None if None in factors else factors[0] * factors[1] * factors[2]
-
-
-def _select(cfg: dict[str, Any] | None, dotted: str) -> Any:
-    for part in dotted.split("."):
-        if not isinstance(cfg, dict):
-            return None
-        cfg = cfg.get(part)
-    return cfg
 
 
 def config_changes(saved: dict[str, Any], resolved: dict[str, Any]) -> list[str]:
@@ -104,7 +88,7 @@ def config_changes(saved: dict[str, Any], resolved: dict[str, Any]) -> list[str]
     changes = []
     world = _world(saved) != _world(resolved) and _product(saved) != _product(resolved)
     for key in FROZEN_KEYS + (WORLD_KEYS if world else ()):
-        old, new = _flat(_select(saved, key), key), _flat(_select(resolved, key), key)
+        old, new = flatten({key: select(saved, key)}), flatten({key: select(resolved, key)})
         for name in sorted(old.keys() | new.keys()):
             if old.get(name) != new.get(name):
                 changes.append(f"{name}: {old.get(name)!r} -> {new.get(name)!r}")
@@ -221,8 +205,8 @@ def threads_change(path: Path, saved: int | None, resolved: dict[str, Any]) -> s
     when the counts agree or the checkpoint predates the record."""
     from kiln.core import TrainerConfig, threads_per_rank
 
-    devices, nodes = (_select(resolved, f"trainer.{k}") or 1 for k in ("devices", "num_nodes"))
-    chosen = _select(resolved, "trainer.threads_per_rank")
+    devices, nodes = (select(resolved, f"trainer.{k}") or 1 for k in ("devices", "num_nodes"))
+    chosen = select(resolved, "trainer.threads_per_rank")
     now = threads_per_rank(TrainerConfig(devices=devices, num_nodes=nodes, threads_per_rank=chosen))
     if saved is None or saved == now:
         return None
@@ -286,7 +270,7 @@ def _check_layout(path: Path, resolved: dict[str, Any]) -> None:
     """
     from kiln.core import is_legacy
 
-    if is_legacy(path) and _select(resolved, "trainer.strategy") == "fsdp":
+    if is_legacy(path) and select(resolved, "trainer.strategy") == "fsdp":
         raise ResumeConfigError(
             f"checkpoint {path} is one file, written by an earlier kiln release under DDP or "
             "on one process: resume it with trainer.strategy=ddp (or auto); its next "

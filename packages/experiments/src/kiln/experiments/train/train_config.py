@@ -15,7 +15,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from kiln.core import CompileConfig
+from kiln.core import CompileConfig, ProfileConfig
 from kiln.experiments.settings.base import JobConfig, check_known_keys
 from kiln.experiments.settings.resolvers import register_resolvers
 from kiln.experiments.train.objective import OptimizedMetric
@@ -42,6 +42,8 @@ class TrainConfig(JobConfig):
     callbacks: dict[str, Any] | None = None
     """``kiln.core.fit`` callbacks by name, each ``_target_`` plus its arguments (the
     ``callbacks`` config group; a ``null`` entry drops one)."""
+    profile: ProfileConfig | None = None
+    """``torch.profiler`` over a few steps (the ``profile`` config group; ``None``: off)."""
     optimized_metric: OptimizedMetric = field(default_factory=OptimizedMetric)
     """The metric the job returns to Hydra's sweeper (``hparams_search=`` studies)."""
     test_after_fit: bool = False

@@ -305,6 +305,11 @@ def _train(
         trace["wandb_artifact"] = log_trace(life.tracker, job.output_dir)
         life.record["compile_trace"] = trace
     life.record.update(TrainRecord.fit_values(result))
+    profile = result.get("profile")
+    if profile and life.tracker is not None and life.tracker.run is not None:
+        name = f"profile-{life.tracker.run.id}"
+        life.tracker.log_folder(Path(profile["trace"]).parent, name, "profile")
+        profile["wandb_artifact"] = name
     if result.get("stop_reason") == "signal":
         end_after_signal(result["stop_signal"], life.record)
     else:

@@ -77,6 +77,12 @@ def train_worker(
     # SIGTERM, Ctrl-C and SLURM's USR2 stop the run at the next step boundary, with a
     # checkpoint there; the job then re-raises the signal (runner.end_after_signal)
     callbacks = build_callbacks(settings.callbacks)
+    profiler = None
+    if settings.profile is not None and global_rank() == 0:
+        from kiln.core.callbacks import StepProfiler
+
+        profiler = StepProfiler(settings.profile)
+        callbacks.append(profiler)
     with stop_on_signals():
         result = fit(
             module,
@@ -90,6 +96,7 @@ def train_worker(
         **dataclasses.asdict(result),
         "init_weights_sha256": init_hash,
         "best_checkpoint": best_checkpoint(callbacks),
+        "profile": profiler.result if profiler is not None else None,
     }
     stopped = result.stop_reason == "signal"  # the resumed attempt tests the final weights
     if settings.test_after_fit and global_rank() == 0 and not stopped:

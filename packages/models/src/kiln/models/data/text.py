@@ -19,6 +19,7 @@ from datasets.fingerprint import Hasher
 
 from kiln.models.contract import TextModel, require
 from kiln.models.data.base import IGNORE_INDEX, DataModule, default_cache_dir
+from kiln.models.data.packing import PackingStats, check_policy, pack_documents
 from kiln.models.data.sources import (
     GENERATED_SENTIMENT,
     check_columns,
@@ -332,19 +333,83 @@ class TextClassificationData(TextData):
 
 
 class CausalLMData(TextData):
-    """Causal language-modelling data: each row is one padded sequence.
+    """Causal language-modelling data: one padded sequence per row, or packed rows.
 
     ``labels`` are the ``input_ids`` with padding set to -100, so the loss and
     ``num_items`` count only real tokens. Defaults to the text of kiln's generated data.
 
+    With ``packing=True`` documents are tokenized whole (no truncation) and packed into rows
+    of exactly ``max_length`` tokens (``kiln.models.data.packing``): rows carry
+    ``position_ids`` that restart per document and ``document_ids`` from which the model
+    builds a block-diagonal causal mask, so a packed batch trains as its documents would one
+    per row. Training and validation sets are both packed.
+
     Args:
         dataset: See ``kiln.models.data.sources.load_raw``.
         text_column: The text column.
-        **kwargs: See ``TextClassificationData``.
+        packing: Pack documents into full rows instead of one padded document per row.
+        packing_policy: What happens to a document at a row's end: ``carry`` (split it,
+            the remainder starts the next row) or ``whole`` (pad the row and start the
+            document on the next one; only documents longer than a row are split).
+        **kwargs: See ``TextClassificationData``; ``seed`` also seeds the packing order.
     """
+
+    def __init__(self, packing: bool = False, packing_policy: str = "carry", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        check_policy(packing_policy)
+        if packing and self.padding != "max_length":
+            raise ValueError(
+                f"packing=true fills every row to max_length, so padding={self.padding!r} "
+                "does not apply; use padding=max_length with packing"
+            )
+        self.packing = packing
+        self.packing_policy = packing_policy
+        self.packing_stats: dict[str, PackingStats] = {}
+        """What packing did to each set (``train``, ``validation``), once set up."""
+
+    def attach(self, module: Any) -> None:
+        """See ``TextData.attach``; with packing, the model must take a document mask.
+
+        Raises:
+            TypeError: ``packing=True`` and the model has no ``check_packing``.
+        """
+        super().attach(module)
+        if self.packing:
+            check = getattr(module, "check_packing", None)
+            if check is None:
+                raise TypeError(
+                    f"packing=true needs a model that takes packed rows (position_ids and a "
+                    f"document mask, e.g. kiln.models.HFCausalLM); {type(module).__name__} "
+                    "does not define check_packing(); set packing=false"
+                )
+            check()
+
+    def _setup(self) -> None:
+        super()._setup()
+        if self.packing:
+            self.train_set = self._pack(self.train_set, "train")
+            self.val_set = self._pack(self.val_set, "validation")
+
+    def _pack(self, documents: datasets.Dataset, split: str) -> datasets.Dataset:
+        ids = documents.with_format("numpy")[:]["input_ids"]  # arrays, not lists of ints
+        arrays, stats = pack_documents(
+            ids, self.max_length, self.tokenizer.pad_token_id, self.packing_policy, self.seed
+        )
+        self.packing_stats[split] = stats
+        return datasets.Dataset.from_dict(dict(arrays)).with_format("torch")
+
+    def _encoding_options(self) -> list[Any]:
+        return [self.packing]
+
+    def _tokenizer_kwargs(self, pad: bool) -> dict[str, Any]:
+        if self.packing:  # whole documents: packing splits them, never truncation
+            return {"truncation": False, "padding": False, "verbose": False}
+        return super()._tokenizer_kwargs(pad)
 
     def _encode(self, rows: dict[str, list], pad: bool) -> dict[str, list]:
         encoded = self.tokenizer(rows[self.text_column], **self._tokenizer_kwargs(pad))
+        if self.packing:
+            return {"input_ids": encoded["input_ids"]}
         encoded = {k: v for k, v in encoded.items() if k in ("input_ids", "attention_mask")}
         encoded["labels"] = [
             [tok if keep else IGNORE_INDEX for tok, keep in zip(ids, mask, strict=True)]

@@ -1,0 +1,118 @@
+"""``StepProfiler``: ``torch.profiler`` over a few optimizer steps after warm-up.
+
+The profiler waits ``wait`` steps (compiles, caches, the first step's one-off work), warms
+up ``warmup`` steps (recorded, then dropped, as the profiler's own start-up skews them) and
+records ``active`` steps. A step runs from one ``on_before_optimizer_step`` to the next:
+one optimizer step and one window's data, forwards and backwards. It writes the Chrome /
+Perfetto trace (``trace.json``; open it at ui.perfetto.dev or chrome://tracing) into
+``directory`` and keeps :attr:`StepProfiler.result`: the trace's path and the
+:class:`~kiln.core.telemetry.profile.StepBreakdown`. On CUDA it also records the allocator's
+history over the same steps into ``memory_snapshot.pickle`` (PyTorch's memory viewer,
+pytorch.org/memory_viz). Only global rank 0 profiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from kiln.core.config import ProfileConfig
+from kiln.core.telemetry.profile import step_breakdown
+from kiln.core.upstream_internals import dump_memory_snapshot, record_memory_history
+
+if TYPE_CHECKING:
+    from kiln.core.callbacks.handle import FitHandle
+
+log = logging.getLogger(__name__)
+
+
+class StepProfiler:
+    """Profile ``config.active`` optimizer steps after ``wait`` + ``warmup`` steps."""
+
+    def __init__(self, config: ProfileConfig) -> None:
+        self.config = config
+        self.directory = Path(config.directory)
+        self.result: dict[str, Any] | None = None
+        self._profiler: torch.profiler.profile | None = None
+        self._cuda = False
+        self._steps = 0
+
+    @property
+    def steps_needed(self) -> int:
+        """Optimizer steps a run needs for a whole profile."""
+        return self.config.wait + self.config.warmup + self.config.active + 1
+
+    def on_loop_start(self, fit: FitHandle) -> None:
+        if not fit.fabric.is_global_zero:
+            return
+        self._cuda = fit.fabric.device.type == "cuda"
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self._cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._profiler = torch.profiler.profile(
+            activities=activities,
+            schedule=torch.profiler.schedule(  # pyright: ignore[reportUnknownArgumentType, reportUnknownMemberType]
+                wait=self.config.wait,
+                warmup=self.config.warmup,
+                active=self.config.active,
+                repeat=1,
+            ),
+            on_trace_ready=self._ready,
+            record_shapes=self.config.record_shapes,
+            profile_memory=self.config.profile_memory,
+            with_stack=self.config.with_stack,
+        )
+        self._profiler.start()
+
+    def on_before_optimizer_step(self, optimizer: Any) -> None:
+        if self._profiler is None:
+            return
+        if self._steps == self.config.wait and self._cuda and self.config.memory_snapshot:
+            record_memory_history(True)
+        self._profiler.step()
+        self._steps += 1
+
+    def on_fit_end(self) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        profiler, self._profiler = self._profiler, None
+        if profiler is not None:
+            profiler.stop()
+        if self.result is None and profiler is not None:
+            log.warning(
+                "profile: the run ended after %d steps, before the %d the profile needs "
+                "(wait %d + warmup %d + active %d + 1); no trace written",
+                self._steps,
+                self.steps_needed,
+                self.config.wait,
+                self.config.warmup,
+                self.config.active,
+            )
+
+    def _ready(self, profiler: torch.profiler.profile) -> None:
+        trace = self.directory / "trace.json"
+        profiler.export_chrome_trace(str(trace))
+        found = step_breakdown(profiler.events())
+        self.result = {
+            "trace": str(trace),
+            "steps": [
+                self.config.wait + self.config.warmup + 1,
+                self.config.wait + self.config.warmup + self.config.active,
+            ],
+            "breakdown": dataclasses.asdict(found) if found else None,
+            "memory_snapshot": self._dump_snapshot(),
+        }
+
+    def _dump_snapshot(self) -> str | None:
+        if not (self._cuda and self.config.memory_snapshot):
+            return None
+        path = self.directory / "memory_snapshot.pickle"
+        dump_memory_snapshot(path)
+        record_memory_history(False)
+        return str(path)

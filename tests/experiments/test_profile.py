@@ -1,0 +1,138 @@
+"""kiln-train profile=steps: a Perfetto trace in the job dir, where a step's time goes in
+summary.json and the W&B run, and the trace as the run's artifact."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from train_helpers import FAST, job_dirs, run_train
+
+from kiln.core.telemetry.profile import CATEGORY_ORDER
+from kiln.experiments.tracking.wandb_files import read_records, read_summary
+
+
+def test_kiln_train_profile_steps_keeps_a_trace_and_a_breakdown_and_logs_them(tmp_path):
+    args = [*FAST, "trainer.max_steps=7", "profile=steps", "profile.active=2", "logger=wandb"]
+    proc = run_train(args, tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (job,) = job_dirs(tmp_path)
+    profile = json.loads((job / "summary.json").read_text())["profile"]
+    assert profile["trace"] == str(job / "profile" / "trace.json")
+    assert profile["steps"] == [5, 6]  # after wait 2 and warmup 2
+    events = json.loads((job / "profile" / "trace.json").read_text())["traceEvents"]
+    assert sum(e.get("name", "").startswith("ProfilerStep#") for e in events) == 2
+    found = profile["breakdown"]
+    assert list(found["host_ms"]) == [c for c in CATEGORY_ORDER if c in found["host_ms"]]
+    assert sum(found["host_ms"].values()) == pytest.approx(found["step_ms"])
+    assert found["host_ms"]["matmul and linear"] > 0 and found["ops_per_step"] > 0
+    # the W&B run: the breakdown in its summary, the trace folder as an artifact
+    summary = read_summary(job)
+    assert summary["profile/breakdown/step_ms"] == found["step_ms"]
+    assert profile["wandb_artifact"].startswith("profile-")
+    assert any(r["type"] == "artifact" for r in read_records(job))
+
+
+def test_profiling_is_off_by_default(tmp_path):
+    proc = run_train([*FAST, "logger=csv"], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (job,) = job_dirs(tmp_path)
+    assert json.loads((job / "summary.json").read_text())["profile"] is None
+    assert not (job / "profile").exists()
+
+
+def test_kiln_report_puts_a_compile_sweeps_breakdowns_side_by_side(tmp_path, capsys):
+    from kiln.experiments.report.cli import build_report
+
+    args = ["-m", *FAST, "trainer.max_steps=7", "profile=steps", "profile.active=2"]
+    proc = run_train([*args, "compile=none,default", "logger=csv"], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    sweep = job_dirs(tmp_path)[0].parent
+    report = build_report(sweep)
+    out = capsys.readouterr().out
+    assert "compile=none -> compile=default" in out and "ms/step" in out
+    md = (sweep / "report.md").read_text()
+    assert "## Where the step time goes" in md and "| matmul and linear |" in md
+    assert (sweep / "profiles.png").stat().st_size > 0
+    _, rows = report["tables"]["profiles"]
+    assert {r["category"] for r in rows} >= {"matmul and linear", "optimizer"}
+    assert all(r["pair"].startswith("compile=none -> compile=default") for r in rows)
+
+
+def _profiled(compile_mode: str, precision: str, host: dict[str, float]) -> dict:
+    config = {"compile": {"mode": compile_mode}, "trainer": {"precision": precision}}
+    breakdown = {"step_ms": sum(host.values()), "host_ms": host, "ops_per_step": 10}
+    return {
+        "model": "m",
+        "compile_mode": compile_mode,
+        "precision": precision,
+        "config": config,
+        "profile": {"breakdown": breakdown},
+    }
+
+
+def test_profile_pairs_differ_in_one_comparisons_keys_only():
+    from kiln.experiments.report.profiles import compact_line, profile_pairs
+
+    runs = [
+        _profiled("none", "32-true", {"attention": 4.0, "optimizer": 1.0}),
+        _profiled("default", "32-true", {"attention": 2.0, "optimizer": 1.0}),
+        _profiled("none", "bf16-mixed", {"attention": 3.0, "optimizer": 1.0}),
+        _profiled("default", "bf16-mixed", {"attention": 1.0, "optimizer": 1.0}),
+    ]
+    pairs = profile_pairs(runs)
+    titles = sorted(p.title for p in pairs)
+    assert titles == [
+        "compile=none -> compile=default (m)",
+        "compile=none -> compile=default (m)",
+        "precision=32-true -> precision=bf16-mixed (m)",
+        "precision=32-true -> precision=bf16-mixed (m)",
+    ]
+    first = next(p for p in pairs if p.comparison == "compile")
+    assert "attention 4.0 -> 2.0" in compact_line(first)
+    assert "optimizer 1.0 -> 1.0" in compact_line(first)
+
+
+class _Mlp(torch.nn.Module):
+    """A contract module kiln-bench can time: a two-layer MLP's squared output."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)
+        )
+
+    def training_step(self, batch, batch_idx):
+        return {"loss": self.net(batch).pow(2).mean(), "num_items": batch.shape[0]}
+
+    def configure_optimizers(self):
+        return {"optimizer": torch.optim.SGD(self.parameters(), lr=0.1)}
+
+
+def test_kiln_bench_profiles_its_eager_and_compiled_phases_one_trace_each(tmp_path):
+    from kiln.core import CompileConfig
+    from kiln.experiments.bench.harness import run_benchmark
+    from kiln.experiments.report.profiles import bench_profile_pairs, compact_line
+
+    result = run_benchmark(
+        _Mlp(),
+        torch.randn(4, 8),
+        compile_cfg=CompileConfig(mode="default", backend="aot_eager"),
+        warmup=0,
+        repeats=2,
+        memory_steps=0,
+        profile_steps=2,
+        profile_dir=tmp_path,
+    )
+    assert result["status"] == "pass", result.get("reason")
+    for phase in ("eager", "compiled"):
+        profile = result["profile"][phase]
+        events = json.loads((tmp_path / f"profile_{phase}" / "trace.json").read_text())
+        assert (
+            sum(e.get("name", "").startswith("ProfilerStep#") for e in events["traceEvents"]) == 2
+        )
+        assert profile["breakdown"]["steps"] == 2
+    record = {"model": "mlp", "compile_mode": "default", **result}
+    (pair,) = bench_profile_pairs([record])
+    assert compact_line(pair).startswith("compile=none -> compile=default (mlp)")

@@ -12,6 +12,7 @@ millisecond during a run, after a short run that loads everything lazily importe
 final weights of all three must be bit-identical.
 
     uv run --all-packages python scripts/bench_overhead.py [--steps 60 --repeats 5 --clock cpu]
+        [--machine-sample-s 1.0|none]
 
 The last line is ``overhead_ratio=<kiln/plain> identical=<true|false> vs_fabric=<kiln/fabric>``.
 """
@@ -52,6 +53,8 @@ class BenchConfig:
     clock: str = "wall"
     """``wall`` (perf_counter) or ``cpu``: this thread's CPU time, which leaves out the time
     the scheduler gives other processes (on a loaded machine a 1 ms step can read 10 ms)."""
+    machine_sample_s: float | None = TrainerConfig.machine_sample_s
+    """kiln's machine sampler cadence (``trainer.machine_sample_s``; ``None``: off)."""
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
@@ -160,6 +163,7 @@ def train_kiln(cfg: BenchConfig) -> MLPModule:
         seed=cfg.seed,
         warmup_steps=cfg.warmup,
         progress=False,
+        machine_sample_s=cfg.machine_sample_s,
     )
     fit(module, trainer=trainer)
     return module
@@ -292,6 +296,12 @@ def main() -> None:
         help="torch CPU threads (1: on a shared machine, threads that wait for each other at "
         "every op turn preemption into stalls of tens of milliseconds)",
     )
+    parser.add_argument(
+        "--machine-sample-s",
+        type=lambda v: None if v == "none" else float(v),
+        default=BenchConfig.machine_sample_s,
+        help="kiln's machine sampler cadence in seconds, or none (its cost: compare the ratios)",
+    )
     parser.add_argument("--memory-of", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -305,6 +315,7 @@ def main() -> None:
         width=args.width,
         batch_size=args.batch_size,
         clock=args.clock,
+        machine_sample_s=args.machine_sample_s,
     )
     if cfg.steps < cfg.warmup + 2:
         parser.error(f"--steps={cfg.steps} must exceed --warmup={cfg.warmup} by at least 2")

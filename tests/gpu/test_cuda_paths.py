@@ -1,5 +1,6 @@
 """The CUDA-only paths of kiln.core.fit: fp16 AMP with its GradScaler, CUDA graphs
-(reduce-overhead), bf16 autocast, CUDA-event step timing and the device's peak memory.
+(reduce-overhead), bf16 autocast, CUDA-event step timing, the device's peak memory, the
+machine sampler's NVML readings and the measured matmul peak.
 
 Marked ``gpu``: deselected by ``make test``, skipped without a CUDA device, and run on a GPU
 machine by ``scripts/gpu_check.sh``.
@@ -73,3 +74,17 @@ def test_cuda_step_timing_and_peak_memory_are_measured():
     assert telemetry["step_time_median_s"] > 0
     assert telemetry["peak_memory_mb"] > 0
     assert telemetry["samples_per_s"] > 0
+
+
+def test_the_machine_series_holds_the_sm_clock_on_cuda():
+    """On CUDA the sampler reads the job's device through NVML: its SM clock in every
+    sample, its clock event reasons, and others' GPU memory; and the peak is a large matmul."""
+    result = fit(ToyTokenModule(n=64, batch_size=4), _trainer(max_steps=40, machine_sample_s=0.01))
+    samples = result.telemetry["machine_series"]["samples"]
+    assert samples["sm_clock_mhz"] and all(c > 0 for c in samples["sm_clock_mhz"]), samples
+    assert "throttle_reasons" in samples and "other_gpu_memory_mb" in samples
+    assert any("machine/sm_clock_mhz" in row for row in result.history)
+    from kiln.core import measured_peak
+
+    peak = measured_peak("cuda", "bf16-mixed", budget_s=0.05)
+    assert peak["matmul_peak_size"] >= 2048 and peak["matmul_peak_gflop_per_s"] > 1000, peak

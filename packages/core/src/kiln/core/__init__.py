@@ -65,6 +65,7 @@ _EXPORTS = {
     "calibrate_under_load": "kiln.core.telemetry.machine",
     "describe_machine": "kiln.core.telemetry.machine",
     "expand_hostlist": "kiln.core.telemetry.machine",
+    "measured_peak": "kiln.core.telemetry.machine",
     "usable_cores": "kiln.core.telemetry.machine",
     "reset_cpu_peak": "kiln.core.telemetry.memory",
     "status_kb": "kiln.core.telemetry.memory",
@@ -76,6 +77,7 @@ _EXPORTS = {
     "GpuLoad": "kiln.core.telemetry.records",
     "LoadSample": "kiln.core.telemetry.records",
     "Machine": "kiln.core.telemetry.records",
+    "MatmulPeak": "kiln.core.telemetry.records",
     "Telemetry": "kiln.core.telemetry.records",
 }
 __all__ = [
@@ -98,6 +100,7 @@ __all__ = [
     "GpuLoad",
     "LoadSample",
     "Machine",
+    "MatmulPeak",
     "NonFiniteGradientError",
     "NonFiniteLossError",
     "NonFiniteWeightsError",
@@ -127,6 +130,7 @@ __all__ = [
     "lazy_package",
     "load_checkpoint",
     "load_weights",
+    "measured_peak",
     "plan_claim",
     "precision_audit",
     "rank_seed",
@@ -202,6 +206,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         calibrate_under_load,
         describe_machine,
         expand_hostlist,
+        measured_peak,
         usable_cores,
     )
     from kiln.core.telemetry.memory import reset_cpu_peak, status_kb, tensor_bytes
@@ -214,6 +219,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         GpuLoad,
         LoadSample,
         Machine,
+        MatmulPeak,
         Telemetry,
     )
     from kiln.core.upstream_internals import structured_trace

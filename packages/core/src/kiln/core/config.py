@@ -204,8 +204,20 @@ class TrainerConfig:
     ``bf16-mixed`` every matmul that did not run in bf16 (a warning says so). The audited step
     runs eagerly (with compile too) and is the run's own step, not an extra one."""
 
+    machine_sample_s: float | None = 1.0
+    """Sample the machine every this many seconds through training, on rank 0
+    (``kiln.core.telemetry.sampler``): other processes' CPU, the job's own, and on CUDA the
+    SM clock; kept as the telemetry's ``machine_series`` and logged as ``machine/*``.
+    ``None`` turns it off."""
+
     def __post_init__(self) -> None:
         _check_positive("trainer.max_steps", self.max_steps)
+        sample_s = self.machine_sample_s
+        if sample_s is not None and not (math.isfinite(sample_s) and sample_s > 0):
+            raise ValueError(
+                f"trainer.machine_sample_s={sample_s!r} is not valid; use seconds > 0, or null "
+                "to sample nothing"
+            )
         _check_positive("trainer.max_epochs", self.max_epochs, allow_none=True)
         _check_positive("trainer.accumulate_grad_batches", self.accumulate_grad_batches)
         _check_choice("trainer.precision", self.precision, PRECISIONS)

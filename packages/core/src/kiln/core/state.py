@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from kiln.core.hooks import CallbackStates, StepHooks
     from kiln.core.telemetry.compile_watch import CompileWatch
     from kiln.core.telemetry.records import Telemetry
+    from kiln.core.telemetry.sampler import MachineSampler
     from kiln.core.telemetry.step_timer import StepTimer
 
 
@@ -134,6 +135,7 @@ class Context:
     callback_states: CallbackStates  # the callbacks with state_dict(), saved in checkpoints
     activation_checkpointing: str | None = None  # how it was applied (None: off)
     start_memory_mb: float | None = None  # held when the fit began (its peak counts from there)
+    sampler: MachineSampler | None = None  # rank 0's, while the loop runs
 
     @property
     def objects(self) -> dict[str, Any]:

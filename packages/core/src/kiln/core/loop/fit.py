@@ -53,6 +53,7 @@ from kiln.core.state import Context, FitResult, RunState
 from kiln.core.telemetry.flops import flops_telemetry, peak_flops_per_s
 from kiln.core.telemetry.memory import device_peak_memory_mb, state_bytes
 from kiln.core.telemetry.records import Telemetry
+from kiln.core.telemetry.sampler import MachineSampler
 
 # the exceptions and the result are importable beside fit, the function that raises them
 __all__ = ["EmptyWindowError", "FitResult", "NonFiniteGradientError", "NonFiniteLossError", "fit"]
@@ -111,7 +112,7 @@ def fit(
         ctx.model.train()
         poll = StopPoll(ctx.fabric)
         extras: StepExtras = FirstStep(ctx, run)  # then LATER_STEPS
-        with periodic.progress, listening(), periodic.closed_on_error():
+        with periodic.progress, listening(), periodic.closed_on_error(), _sampling(ctx, run):
             # a stop a callback or a signal requested is honoured here, at the step boundary
             while run.global_step < ctx.total_steps and run.stop_reason is None:
                 out = train_step(ctx, run, next(windows), extras)
@@ -195,6 +196,10 @@ def finish(ctx: Context, run: RunState) -> FitResult:
     }
     if run.precision_audit:
         telemetry["precision_audit"] = run.precision_audit
+    if ctx.sampler is not None:
+        # the timer holds this attempt's steps; its measured ones follow the warm-up
+        first = trainer.warmup_steps if len(ctx.timer) > trainer.warmup_steps else 0
+        telemetry["machine_series"] = ctx.sampler.series(run.global_step - len(ctx.timer) + first)
     if fabric.is_global_zero and fabric.loggers and run.stop_reason != "signal":
         fabric.log_dict(  # once, at the run's real end (not where a signal paused it)
             {f"telemetry/{k}": v for k, v in telemetry.items() if isinstance(v, int | float)},
@@ -217,6 +222,20 @@ def _prepared(
         compile_scope(module, compile_config) as blocks,
     ):
         yield checkpointed, blocks
+
+
+@contextmanager
+def _sampling(ctx: Context, run: RunState) -> Generator[None, None, None]:
+    """The machine sampled on rank 0 while the loop runs (``trainer.machine_sample_s``)."""
+    interval = ctx.trainer.machine_sample_s
+    if interval is None or not ctx.fabric.is_global_zero:
+        yield
+        return
+    device = ctx.fabric.device
+    gpu = (device.index or 0) if device.type == "cuda" else None
+    ctx.sampler = MachineSampler(lambda: run.global_step, interval, gpu)
+    with ctx.sampler:
+        yield
 
 
 @contextmanager

@@ -108,6 +108,8 @@ class LogValidateCheckpoint:
         }
         if grad_norm is not None:
             row["train/grad_norm"] = float(grad_norm)
+        if ctx.sampler is not None:  # the machine since the last log row
+            row |= {f"machine/{k}": v for k, v in ctx.sampler.since_last_read().items()}
         run.history.append(row)
         try:
             ctx.fabric.log_dict({k: v for k, v in row.items() if k != "step"}, step=step)

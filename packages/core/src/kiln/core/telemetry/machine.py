@@ -13,12 +13,13 @@ job records
   and the CPU share of *other* processes while it ran (this process tree's own CPU time
   subtracted), and on GPUs the SM clock and memory other processes hold.
 
-Linux ``/proc`` is read directly; NVML (``nvidia-ml-py``) only where a GPU driver exists,
-so a CPU-only machine needs neither.
+CPU times and processes are read through psutil (:mod:`kiln.core.telemetry.load`); NVML
+(``nvidia-ml-py``) only where a GPU driver exists, so a CPU-only machine needs none.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import socket
@@ -27,6 +28,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import psutil
+
+from kiln.core.telemetry.load import CpuMeter, gpu_load, nvml, tree_pids
+
 if TYPE_CHECKING:  # kiln-report reads records with FINGERPRINT_KEYS, without torch
     import torch
 
@@ -34,9 +39,9 @@ from kiln.core.telemetry.records import (
     Calibration,
     CalibrationFigures,
     GpuInfo,
-    GpuLoad,
     LoadSample,
     Machine,
+    MatmulPeak,
 )
 
 T = TypeVar("T")
@@ -56,17 +61,6 @@ _CALIBRATION_DTYPES = {
 }
 
 
-def _nvml() -> Any | None:
-    """The initialized ``pynvml`` module, or ``None`` without the package or a GPU driver."""
-    try:
-        import pynvml  # pyright: ignore[reportMissingTypeStubs]  # nvidia-ml-py has no types
-
-        pynvml.nvmlInit()
-    except Exception:  # no nvidia-ml-py, no libnvidia-ml, no driver: a CPU machine
-        return None
-    return pynvml
-
-
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -79,8 +73,8 @@ def _cpu_model() -> str:
 
 def _affinity() -> list[int]:
     try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
+        return sorted(psutil.Process().cpu_affinity() or [])
+    except (AttributeError, psutil.Error):  # no affinity on this platform (macOS)
         return list(range(os.cpu_count() or 1))
 
 
@@ -176,7 +170,7 @@ def describe_machine() -> Machine:
         "affinity_cores": len(affinity),
         "affinity": affinity,
         "threads_per_rank": torch.get_num_threads(),
-        **_gpus(_nvml()),
+        **_gpus(nvml()),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": cudnn,
@@ -218,64 +212,6 @@ FINGERPRINT_KEYS = (
 ``threads_per_rank``, for float sums to add in the same order)."""
 
 
-def _tree_pids(root: int) -> set[int]:
-    """``root`` and all its descendants (``/proc/<pid>/stat``'s parent field)."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # the process ended while we looked
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        parents.setdefault(ppid, []).append(int(entry.name))
-    tree: set[int] = set()
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        tree.add(pid)
-        todo += parents.get(pid, [])
-    return tree
-
-
-def _tree_cpu_ticks(pids: set[int]) -> int:
-    """User + system CPU ticks of ``pids`` (those still running)."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total
-
-
-def _busy_ticks() -> int:
-    """All CPUs' non-idle ticks since boot (``/proc/stat``: all but idle and iowait)."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
-    return sum(values) - values[3] - values[4]
-
-
-def _gpu_load(nvml: Any, tree: set[int]) -> list[GpuLoad]:
-    gpus: list[GpuLoad] = []
-    for i in range(nvml.nvmlDeviceGetCount()):
-        handle = nvml.nvmlDeviceGetHandleByIndex(i)
-        others = [
-            p
-            for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-            if p.pid not in tree and p.usedGpuMemory is not None
-        ]
-        gpus.append(
-            {
-                "sm_clock_mhz": nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM),
-                "other_processes": len(others),
-                "other_memory_mb": sum(p.usedGpuMemory for p in others) / 2**20,
-            }
-        )
-    return gpus
-
-
 def load_during(work: Callable[[], T]) -> tuple[T, LoadSample]:
     """``work()``'s result, and how busy the machine was with work other than this job while
     it ran.
@@ -285,36 +221,28 @@ def load_during(work: Callable[[], T]) -> tuple[T, LoadSample]:
         ``other_cpu_cores``: how many cores' worth of CPU time other processes used in the
         window (all CPUs' busy time minus this process tree's), ``window_s`` (how long
         ``work`` ran), and on GPUs ``gpus``: per device its ``sm_clock_mhz``,
-        ``other_processes`` and ``other_memory_mb``. ``other_cpu_cores`` is ``None`` where
-        ``/proc`` cannot be read.
+        ``other_processes``, ``other_memory_mb``, ``throttle_reasons`` and ``utilization_pct``
+        (:func:`kiln.core.telemetry.load.gpu_load`). ``other_cpu_cores`` is ``None`` where
+        psutil cannot read CPU times.
     """
     sample: LoadSample = {
-        "loadavg_1m": os.getloadavg()[0],
+        "loadavg_1m": psutil.getloadavg()[0],
         "window_s": 0.0,
         "other_cpu_cores": None,
     }
-    tick: int | None = None
-    busy = own = 0
-    try:
-        tree = _tree_pids(os.getpid())
-        busy, own = _busy_ticks(), _tree_cpu_ticks(tree)
-        tick = os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        tree = {os.getpid()}
+    meter: CpuMeter | None = None
+    with contextlib.suppress(psutil.Error, OSError):
+        meter = CpuMeter()
     start = time.perf_counter()
     result = work()
-    elapsed = time.perf_counter() - start
-    sample["window_s"] = round(elapsed, 3)
-    sample["other_cpu_cores"] = None
-    if tick is not None:
-        try:
-            busy, own = _busy_ticks() - busy, _tree_cpu_ticks(tree) - own
-            sample["other_cpu_cores"] = round(max(busy - own, 0) / tick / elapsed, 3)
-        except (OSError, ValueError, IndexError):
-            pass
-    nvml = _nvml()
-    if nvml is not None:
-        sample["gpus"] = _gpu_load(nvml, tree)
+    sample["window_s"] = round(time.perf_counter() - start, 3)
+    if meter is not None:
+        with contextlib.suppress(psutil.Error, OSError):
+            sample["other_cpu_cores"] = round(meter.read()[0], 3)
+    gpus = nvml()
+    if gpus is not None:
+        root = meter.root if meter is not None else os.getpid()
+        sample["gpus"] = gpu_load(gpus, tree_pids(root))
     return result, sample
 
 
@@ -408,6 +336,53 @@ def _calibrate(device: torch.device, precision: str, budget_s: float) -> Calibra
         "copy_mb": copy_mb,
         "copy_gb_per_s": round(2 * copy_mb * 2**20 * copies / 1e9, 3),
         "chunks": chunks + copy_chunks,
+    }
+
+
+PEAK_SIZES = {"cpu": (256, 512, 1024), "cuda": (2048, 4096, 8192)}
+"""The square matmul sizes :func:`measured_peak` tries, smallest first, per device type."""
+PLATEAU = 1.1
+"""A size that computes less than this factor faster than the one before it is the plateau."""
+
+
+def measured_peak(
+    device: str | torch.device = "cpu", precision: str = "32-true", budget_s: float = 0.1
+) -> MatmulPeak:
+    """This machine's own matmul peak at ``precision``: square matmuls of growing size
+    (:data:`PEAK_SIZES`) until the rate stops growing by :data:`PLATEAU`, the best rate kept;
+    on the CPU on :func:`usable_cores` threads, as :func:`calibrate`. What a run achieves over
+    it says how much of what these cores (this GPU) can do the run used.
+
+    Returns:
+        ``matmul_peak_gflop_per_s``, the ``matmul_peak_size`` it was reached at, and the
+        ``matmul_dtype``.
+    """
+    import torch
+
+    device = torch.device(device)
+    dtype = calibration_dtype(precision)
+    cuda = device.type == "cuda"
+    sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(usable_cores())
+    best, best_size = 0.0, 0
+    try:
+        for size in PEAK_SIZES["cuda" if cuda else "cpu"]:
+            a = torch.ones(size, size, device=device, dtype=dtype)
+            torch.mm(a, a)  # warm-up: kernels chosen, caches filled
+            per_s, _ = _rate(lambda a=a: torch.mm(a, a), budget_s, sync)
+            rate = 2 * size**3 * per_s / 1e9
+            plateau = rate < PLATEAU * best
+            if rate > best:
+                best, best_size = rate, size
+            if plateau:
+                break
+    finally:
+        torch.set_num_threads(threads)
+    return {
+        "matmul_peak_gflop_per_s": round(best, 3),
+        "matmul_peak_size": best_size,
+        "matmul_dtype": str(dtype).removeprefix("torch."),
     }
 
 

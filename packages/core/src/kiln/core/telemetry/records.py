@@ -96,6 +96,8 @@ class Telemetry(CompileFigures, StepTimes, FlopFigures, StateBytes, total=False)
     """With ``trainer.precision_audit``: its record."""
     total_time_s: float
     """This attempt's whole fit: setup, compile, every step, validation, checkpoints."""
+    machine_series: MachineSeries
+    """The machine sampled through the run (``trainer.machine_sample_s``; rank 0's)."""
 
 
 class GpuInfo(TypedDict, total=False):
@@ -144,12 +146,28 @@ class Calibration(CalibrationFigures):
     seconds: float
 
 
-class GpuLoad(TypedDict):
-    """One GPU's load from others while a calibration ran."""
-
+class _GpuLoad(TypedDict):
     sm_clock_mhz: int
     other_processes: int
     other_memory_mb: float
+
+
+class MatmulPeak(TypedDict):
+    """``measured_peak``: the machine's own matmul rate at a run's precision, at a size where
+    it stops growing."""
+
+    matmul_peak_gflop_per_s: float
+    matmul_peak_size: int
+    matmul_dtype: str
+
+
+class GpuLoad(_GpuLoad, total=False):
+    """One GPU's clock, and the load others put on it, at one moment."""
+
+    throttle_reasons: int | None
+    """NVML's clock event reasons (a bit mask); ``None`` where the GPU does not say."""
+    utilization_pct: int | None
+    """The share of time a kernel ran, all processes'."""
 
 
 class _LoadSample(TypedDict):
@@ -164,3 +182,38 @@ class LoadSample(_LoadSample, total=False):
 
     gpus: list[GpuLoad]
     """On GPU machines only."""
+
+
+class _MachineSample(TypedDict):
+    t_s: float
+    """When the sample's window began, in seconds since the sampler started."""
+    seconds: float
+    step_start: int
+    """Optimizer steps done when the window began."""
+    step_end: int
+    """Optimizer steps done when it ended: it covered steps ``step_start + 1 .. step_end``."""
+    other_cpu_cores: float
+    own_cpu_cores: float
+    """Cores' worth of CPU time the job's own process tree got."""
+
+
+class MachineSample(_MachineSample, total=False):
+    """One window of ``MachineSampler``: the load others put on the machine, and the job's
+    own CPU, between two samples (with the GPU's state at its end, on CUDA)."""
+
+    sm_clock_mhz: int
+    throttle_reasons: int | None
+    other_gpu_memory_mb: float
+
+
+class MachineSeries(TypedDict):
+    """``MachineSampler.series``: a run's samples as columns (``t_s``, ``seconds``,
+    ``step_start``, ``step_end``, ``other_cpu_cores``, ``own_cpu_cores``, and on CUDA
+    ``sm_clock_mhz``, ``throttle_reasons``, ``other_gpu_memory_mb``)."""
+
+    interval_s: float
+    """The cadence the last samples were taken at (it doubles each time the series thins)."""
+    measured_from_step: int
+    """The steps done before the first one the step-time figures measure (the warm-up's last):
+    they measure steps ``measured_from_step + 1`` onward."""
+    samples: dict[str, list[Any]]

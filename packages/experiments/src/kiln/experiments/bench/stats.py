@@ -42,11 +42,6 @@ def _interval(estimates: np.ndarray) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def _resamples(rng: np.random.Generator, n: int) -> np.ndarray:
-    """``BOOTSTRAP_RESAMPLES`` rows of ``n`` indices drawn with replacement."""
-    return rng.integers(0, n, (BOOTSTRAP_RESAMPLES, n))
-
-
 def _median_ratio(num: np.ndarray, den: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.median(num, axis=axis) / np.median(den, axis=axis)
 
@@ -116,7 +111,8 @@ def bootstrap_runs_ratio_interval(
     median of den_runs' medians``: each resample draws runs (repeats of one configuration)
     with replacement, and each drawn run's step times with replacement, so the interval holds
     the between-run spread as well as the within-run one (``scipy.stats.bootstrap`` resamples
-    one level only, so this one is drawn here).
+    one level only, so this one is drawn here). Within a run, step times are drawn in moving
+    blocks (:func:`block_resamples`).
 
     Seeded: the same timings always give the same interval.
     """
@@ -124,12 +120,52 @@ def bootstrap_runs_ratio_interval(
 
     def side(runs: Sequence[Sequence[float]]) -> np.ndarray:
         medians = np.stack(  # (runs, resamples): each run's resampled medians
-            [np.median(np.asarray(r, dtype=float)[_resamples(rng, len(r))], axis=1) for r in runs]
+            [
+                np.median(np.asarray(r, dtype=float)[block_resamples(rng, len(r))], axis=1)
+                for r in runs
+            ]
         )
         picks = rng.integers(0, len(runs), (BOOTSTRAP_RESAMPLES, len(runs)))
         return np.median(medians[picks, np.arange(BOOTSTRAP_RESAMPLES)[:, None]], axis=1)
 
     return _interval(side(num_runs) / side(den_runs))
+
+
+def block_resamples(rng: np.random.Generator, n: int, block: int | None = None) -> np.ndarray:
+    """``BOOTSTRAP_RESAMPLES`` rows of ``n`` indices made of moving blocks: runs of ``block``
+    consecutive indices (``round(sqrt(n))`` by default) from random starts, end to end, cut
+    to ``n``. Step times are a time series: a burst of slow steps is resampled as a burst,
+    and widens the interval instead of spreading thin as single draws would."""
+    block = min(max(1, block or round(math.sqrt(n))), n)
+    starts = rng.integers(0, n - block + 1, (BOOTSTRAP_RESAMPLES, -(-n // block)))
+    return (starts[:, :, None] + np.arange(block)).reshape(BOOTSTRAP_RESAMPLES, -1)[:, :n]
+
+
+def block_median_interval(values: Sequence[float], seed: int = 0) -> tuple[float, float]:
+    """A moving-block bootstrap 95% interval of ``median(values)`` (a run's step times, in
+    order). Seeded: the same values always give the same interval."""
+    data = np.asarray(values, dtype=float)
+    if len(data) < 2:
+        return float(np.median(data)), float(np.median(data))
+    picks = block_resamples(np.random.default_rng(seed), len(data))
+    return _interval(np.median(data[picks], axis=1))
+
+
+def block_ratio_interval(
+    num_s: Sequence[float], den_s: Sequence[float], seed: int = 0
+) -> tuple[float, float]:
+    """A moving-block bootstrap 95% interval of ``median(num_s) / median(den_s)`` for two
+    runs' step times (each in the order it ran, each resampled alone in blocks).
+
+    Seeded: the same timings always give the same interval.
+    """
+    num, den = (np.asarray(s, dtype=float) for s in (num_s, den_s))
+    if min(len(num), len(den)) < 2:
+        value = float(np.median(num) / np.median(den))
+        return value, value
+    rng = np.random.default_rng(seed)
+    picks = [block_resamples(rng, len(d)) for d in (num, den)]
+    return _interval(_median_ratio(num[picks[0]], den[picks[1]]))
 
 
 def band_ratio_interval(

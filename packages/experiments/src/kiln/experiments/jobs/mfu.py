@@ -22,6 +22,9 @@ class MfuFields(TypedDict):
     """A fraction of the devices' peak."""
     mfu_na: str | None
     """Why there is no MFU (``"cpu"``, ``"peak unknown"``, ``"flops not counted"``)."""
+    of_measured_peak: float | None
+    """Achieved over this machine's own measured matmul peak at the run's precision (on
+    GPUs, per device times the devices); on any device where both are known."""
 
 
 def _on_cpu(record: TrainRecord) -> bool:
@@ -29,6 +32,15 @@ def _on_cpu(record: TrainRecord) -> bool:
     if accelerator in ("cpu", "cuda", "gpu"):
         return accelerator == "cpu"
     return not (record.machine or {}).get("device_count")
+
+
+def _of_measured_peak(record: TrainRecord, achieved: Any) -> float | None:
+    peak = ((record.machine or {}).get("matmul_peak") or {}).get("matmul_peak_gflop_per_s")
+    if not isinstance(achieved, int | float) or not isinstance(peak, int | float) or peak <= 0:
+        return None
+    # the CPU peak is the machine's (all its usable cores); a GPU's is one device's
+    devices = 1 if _on_cpu(record) else max(record.devices, 1)
+    return achieved / (peak * 1e9 * devices)
 
 
 def mfu_fields(record: TrainRecord) -> MfuFields:
@@ -48,6 +60,7 @@ def mfu_fields(record: TrainRecord) -> MfuFields:
         else:
             na = "cpu" if _on_cpu(record) else "peak unknown"
     return {
+        "of_measured_peak": _of_measured_peak(record, achieved),
         "flops_per_step": flops if isinstance(flops, int | float) else None,
         "achieved_tflops_per_s": achieved / 1e12 if isinstance(achieved, int | float) else None,
         "mfu": mfu,

@@ -81,6 +81,7 @@ _TRAIN_LAST = [
     "achieved_tflops_per_s",
     "mfu",
     "mfu_na",
+    "of_measured_peak",
     "compile_time_s",
     "compile_cache",
     "peak_memory_mb",

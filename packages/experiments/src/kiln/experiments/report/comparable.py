@@ -2,9 +2,11 @@
 
 A ratio of two jobs' step times (a speedup, a scaling efficiency) measures the change in
 config only when nothing else changed between them. Each job records its machine
-(:func:`kiln.experiments.settings.job_info.machine_info`), the load before and after, and a
-calibration (a fixed matmul and copy benchmark) before and after training; :func:`verdict`
-compares two such records and says why the ratio is not a result, if it is not.
+(:func:`kiln.experiments.settings.job_info.machine_info`), the load before and after, a
+calibration (a fixed matmul and copy benchmark) before and after training, and the machine
+sampled through training; :func:`verdict` compares two such records, reads each run's
+measured window (:mod:`kiln.experiments.report.watched`) and says why the ratio is not a
+result, if it is not.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from kiln.core import FINGERPRINT_KEYS, Calibration, GpuLoad
+from kiln.experiments.report.watched import OTHERS_LIMIT_CORES, run_reasons
 from kiln.experiments.settings.job_info import JobMachine
 
 CALIBRATION_TOLERANCE = 0.2
@@ -27,7 +30,9 @@ TRUST_RULE = (
     f"rank or per node), calibrations (matmul, copy; before and "
     f"after training) within {1 + CALIBRATION_TOLERANCE:.2f}x of each other, other processes' "
     f"CPU use differing by at most {LOAD_TOLERANCE_CORES:g} core and using fewer cores than the "
-    f"job may use; otherwise it is `confounded: <reason>` and left out of means; a scaling "
+    f"job may use, at the edges and through the measured steps (others under "
+    f"{OTHERS_LIMIT_CORES:g} core, the job's own CPU and the GPU clock steady, the step time's "
+    f"level unmoved); otherwise it is `confounded: <reason>` and left out of means; a scaling "
     f"efficiency above {IMPOSSIBLE_EFFICIENCY} is confounded"
 )
 _NAMES = {
@@ -122,7 +127,8 @@ def verdict(run: dict[str, Any], base: dict[str, Any]) -> str | None:
     Returns:
         ``None`` when it is; ``"unverified: no machine record"`` when either record predates
         machine records; else ``"confounded: <reasons>"`` (``other GPU (A100 vs H100)``,
-        ``calibration 0.55x``, ``load 2.1 vs 0.3 cores``, ``busy machine ...``).
+        ``calibration 0.55x``, ``load 2.1 vs 0.3 cores``, ``busy machine ...``,
+        ``others used 1.9 cores during steps 400-1300 of the base run``).
     """
     machines: list[JobMachine] = [r.get("machine") or JobMachine() for r in (run, base)]
     cals = [(m.get("calibration_before"), m.get("calibration_after")) for m in machines]
@@ -146,6 +152,8 @@ def verdict(run: dict[str, Any], base: dict[str, Any]) -> str | None:
             cores = machine.get("affinity_cores") or machine.get("cpu_count") or 1
             if load >= cores:
                 reasons.append(f"busy machine in {name} (others used {load:.1f} of {cores} cores)")
+    for name, record in (("this run", run), ("the base run", base)):  # through the runs
+        reasons += run_reasons(record.get("telemetry") or {}, name)
     reasons += _gpu_reasons(mine, theirs)
     if not other_hardware:
         calibration = _calibration_reasons(both)

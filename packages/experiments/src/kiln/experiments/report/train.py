@@ -21,11 +21,12 @@ machine record`` for older summaries, ``unpaired: <why>`` when a run has no part
 Both are ratios of two noisy measurements, so each carries an interval (``*_ci_low``,
 ``*_ci_high``) and a ``*_noise`` reason. The interval is a bootstrap 95% interval of the
 step-time ratio from the two runs' measured step times (telemetry ``step_times_s``,
-:func:`~kiln.experiments.bench.stats.bootstrap_ratio_interval`); summaries written before
-kiln kept those hold only medians and IQRs, and get the conservative ratio of the two runs'
-interquartile bands (:func:`~kiln.experiments.bench.stats.band_ratio_interval`). A figure is
-noise when either run measured fewer than :data:`MIN_MEASURED_STEPS` steps or the interval
-spans 1.0; printed tables then show it as ``1.03 (noise: 12 steps)``, never bare.
+resampled in moving blocks: :func:`~kiln.experiments.bench.stats.block_ratio_interval`);
+summaries written before kiln kept those hold only medians and IQRs, and get the
+conservative ratio of the two runs' interquartile bands
+(:func:`~kiln.experiments.bench.stats.band_ratio_interval`). A figure is noise when either
+run measured fewer than :data:`MIN_MEASURED_STEPS` steps or the interval spans 1.0; printed
+tables then show it as ``1.03 (noise: 12 steps)``, never bare.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import numpy as np
 from kiln.core import Telemetry
 from kiln.experiments.bench.stats import (
     band_ratio_interval,
-    bootstrap_ratio_interval,
+    block_ratio_interval,
     bootstrap_runs_ratio_interval,
 )
 from kiln.experiments.jobs.console import fmt
@@ -52,8 +53,9 @@ MIN_MEASURED_STEPS = 20
 """Fewer measured (post-warm-up) steps than this in either run make a ratio noise."""
 NOISE_RULE = (
     f"a speedup or scaling efficiency is marked noise when either run measured fewer than "
-    f"{MIN_MEASURED_STEPS} steps or its 95% interval spans 1.0; the interval is a bootstrap "
-    f"of the runs' step times (within runs), and over the repeats too where a configuration "
+    f"{MIN_MEASURED_STEPS} steps or its 95% interval spans 1.0; the interval is a moving-block "
+    f"bootstrap of the runs' step times (within runs, in blocks of about sqrt(n) steps), and "
+    f"over the repeats too where a configuration "
     f"ran more than once (`repeat=range(N)`: across repeats and within runs); from older "
     f"summaries without step times, the ratio of their bands median +- IQR/2; runs are paired "
     f"by their resolved configs; {TRUST_RULE}"
@@ -278,7 +280,8 @@ def _measured_ratio(
             low, high = bootstrap_runs_ratio_interval(times[0], times[1])
             ratio.bootstrap = f"across {len(base)} and {len(runs)} repeats and within runs"
         else:
-            low, high = bootstrap_ratio_interval(times[0][0], times[1][0])
+            (num,), (den,) = times  # both present: checked above
+            low, high = block_ratio_interval(num or [], den or [])
             ratio.bootstrap = "within runs"
         point = _median([_median(t) for t in times[0]]) / _median([_median(t) for t in times[1]])
         ratio.low, ratio.high = low * figure / point, high * figure / point

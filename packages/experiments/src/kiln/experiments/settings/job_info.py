@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kiln.core import Calibration, LoadSample, Machine
+from kiln.core import Calibration, LoadSample, Machine, MatmulPeak
 
 PLACEMENT_KEYS = ("hydra", "launcher", "sweep", "logger", "paths")
 """Override keys that choose where or how a job runs, not what it computes: kept out of run
@@ -146,6 +146,8 @@ class JobMachine(Machine, total=False):
     device: str
     """The first GPU's name, or ``cpu``."""
     device_count: int
+    matmul_peak: MatmulPeak
+    """This machine's own matmul peak at the run's precision (``measured_peak``)."""
     calibration_before: Calibration
     load_start: LoadSample
     calibration_after: Calibration

@@ -119,9 +119,9 @@ def test_a_level_shift_within_a_run_is_drift_and_noise_is_not():
 def test_the_slow_steps_are_counted_beside_a_window():
     times = _times()
     times[500:529] = [0.05] * 29  # a burst of 29 slow steps
-    reasons = run_reasons(_record(times=times, others={2: 3.8})["telemetry"], "this run")
+    reasons = run_reasons(_record(times=times, others={2: 3.8, 3: 3.8})["telemetry"], "this run")
     assert reasons == [
-        "others used 3.8 cores during steps 201-300 of this run",
+        "others used 3.8 cores during steps 201-400 of this run",
         "29 steps over 20 ms in this run",
     ]
     assert run_reasons(_record(times=times)["telemetry"], "this run") == []  # no window: noise
@@ -141,6 +141,12 @@ def test_blocks_widen_the_interval_of_a_run_whose_level_moved_for_a_stretch():
 
 @pytest.mark.parametrize("column", ["other_cpu_cores", "own_cpu_cores"])
 def test_a_series_without_a_column_says_nothing_of_it(column):
-    record = _record(others={5: 2.0}, own={5: 0.1, 6: 0.1})
+    record = _record(others={5: 2.0, 6: 2.0}, own={5: 0.1, 6: 0.1})
     del record["telemetry"]["machine_series"]["samples"][column]
     assert verdict(record, _record()) is not None  # the other rule still speaks
+
+
+def test_a_one_sample_spike_is_not_named_and_close_spikes_are_one_period():
+    assert verdict(_record(), _record(others={7: 2.5})) is None  # one second of a neighbour
+    said = verdict(_record(), _record(others={4: 1.5, 5: 1.5, 8: 1.5})) or ""
+    assert "others used 1.5 cores during steps 401-900 of the base run" in said, said

@@ -33,6 +33,11 @@ CLOCK_DROP = 0.9
 """An SM clock below this share of the run's highest confounds its steps."""
 SLOW_STEP_FACTOR = 2.0
 """A step over this many times the median is counted as slow."""
+SPAN_GAP = 2
+"""Flagged samples at most this many unflagged samples apart are one period."""
+SPAN_MIN_SHARE = 0.05
+"""A period shorter than this share of the measured window (or one sample) is not named: a
+neighbour's second-long spike is the noise the intervals already carry."""
 DRIFT_BLOCKS = 5
 DRIFT_MIN = 0.05
 """Blocks' medians closer than this (relative) are not called a drift, however tight."""
@@ -55,11 +60,25 @@ def _spans(
         if not flagged:
             continue
         first, last = starts[i] + 1, max(ends[i], starts[i] + 1)
-        if spans and spans[-1][2][-1] == i - 1:
+        if spans and i - spans[-1][2][-1] <= SPAN_GAP + 1:
             spans[-1] = (spans[-1][0], last, [*spans[-1][2], i])
         else:
             spans.append((first, last, [i]))
     return spans
+
+
+def _lasting(
+    spans: list[tuple[int, int, list[int]]], seconds: list[float]
+) -> list[tuple[int, int, list[int]]]:
+    """The periods long enough to name: two samples or more, and at least
+    :data:`SPAN_MIN_SHARE` of the window's time."""
+    total = sum(seconds) or float(len(seconds))
+    return [
+        span
+        for span in spans
+        if len(span[2]) >= 2
+        and (span[2][-1] - span[2][0] + 1) * (total / len(seconds)) >= SPAN_MIN_SHARE * total
+    ]
 
 
 def _mean(values: list[float], seconds: list[float], picks: list[int]) -> float:
@@ -87,26 +106,27 @@ def window_reasons(telemetry: dict[str, Any], name: str) -> list[str]:
     ends, seconds = cols["step_end"], cols.get("seconds") or [1.0] * len(keep)
     reasons: list[str] = []
     others = cols.get("other_cpu_cores") or []
-    for first, last, picks in _spans(
-        [o is not None and o >= OTHERS_LIMIT_CORES for o in others], starts, ends
+    for first, last, picks in _lasting(
+        _spans([o is not None and o >= OTHERS_LIMIT_CORES for o in others], starts, ends), seconds
     ):
         used = _mean(others, seconds, picks)
         reasons.append(f"others used {used:.1f} cores during steps {first}-{last} of {name}")
     own = [o for o in cols.get("own_cpu_cores") or [] if o is not None]
     if len(own) == len(keep) and own:
         usual = float(np.median(own))
-        for first, last, picks in _spans([o < OWN_SHARE_DROP * usual for o in own], starts, ends):
-            if len(picks) >= 2:  # one short window may be a checkpoint or a validation
-                got = _mean(own, seconds, picks)
-                reasons.append(
-                    f"the job got {got:.1f} of its usual {usual:.1f} cores during steps "
-                    f"{first}-{last} of {name}"
-                )
+        dropped = _spans([o < OWN_SHARE_DROP * usual for o in own], starts, ends)
+        for first, last, picks in _lasting(dropped, seconds):
+            got = _mean(own, seconds, picks)
+            reasons.append(
+                f"the job got {got:.1f} of its usual {usual:.1f} cores during steps "
+                f"{first}-{last} of {name}"
+            )
     clocks = cols.get("sm_clock_mhz") or []
     if clocks and all(isinstance(c, int | float) for c in clocks):
         top = max(clocks)
         throttles = cols.get("throttle_reasons") or [None] * len(clocks)
-        for first, last, picks in _spans([c < CLOCK_DROP * top for c in clocks], starts, ends):
+        fell = _spans([c < CLOCK_DROP * top for c in clocks], starts, ends)
+        for first, last, picks in _lasting(fell, seconds):
             bits = 0
             for i in picks:
                 bits |= throttles[i] or 0

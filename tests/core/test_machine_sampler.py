@@ -103,5 +103,7 @@ def test_fit_samples_nothing_when_told_not_to():
 
 @pytest.mark.parametrize("value", [0, -1.0, float("nan")])
 def test_a_bad_sampling_interval_is_named(value):
-    with pytest.raises(ValueError, match=r"trainer.machine_sample_s=.* use seconds > 0, or null"):
+    with pytest.raises(
+        ValueError, match=r"trainer.machine_sample_s=.* use a finite positive number, or null"
+    ):
         TrainerConfig(machine_sample_s=value)

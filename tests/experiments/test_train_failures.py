@@ -55,7 +55,7 @@ def test_bad_gradient_clip_norm_fails_validation_naming_the_key(norm):
     cfg.paths.output_dir = "/tmp/kiln-compose-test"
     with pytest.raises(
         ValueError,
-        match=r"trainer.gradient_clip_norm=.* is not valid; use a finite positive float, or "
+        match=r"trainer.gradient_clip_norm=.* is not valid; use a finite positive number, or "
         "null to disable clipping",
     ):
         validate(cfg)

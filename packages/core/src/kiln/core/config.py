@@ -35,6 +35,14 @@ def _check_positive(name: str, value: int | float | None, allow_none: bool = Fal
         raise ValueError(f"{name}={value!r} is not valid; it must be an integer >= 1")
 
 
+def _check_finite_positive(name: str, value: float | None, null_means: str) -> None:
+    # NaN passes `value <= 0` (every comparison with NaN is False): check finiteness too
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"{name}={value!r} is not valid; use a finite positive number, or null {null_means}"
+        )
+
+
 @dataclass
 class CompileConfig:
     """How ``torch.compile`` is applied to the module before ``fabric.setup``."""
@@ -212,12 +220,9 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         _check_positive("trainer.max_steps", self.max_steps)
-        sample_s = self.machine_sample_s
-        if sample_s is not None and not (math.isfinite(sample_s) and sample_s > 0):
-            raise ValueError(
-                f"trainer.machine_sample_s={sample_s!r} is not valid; use seconds > 0, or null "
-                "to sample nothing"
-            )
+        _check_finite_positive(
+            "trainer.machine_sample_s", self.machine_sample_s, "to sample nothing"
+        )
         _check_positive("trainer.max_epochs", self.max_epochs, allow_none=True)
         _check_positive("trainer.accumulate_grad_batches", self.accumulate_grad_batches)
         _check_choice("trainer.precision", self.precision, PRECISIONS)
@@ -234,13 +239,9 @@ class TrainerConfig:
         _check_positive("trainer.log_every_n_steps", self.log_every_n_steps)
         _check_positive("trainer.checkpoint_every_n_steps", self.checkpoint_every_n_steps, True)
         _check_positive("trainer.keep_last_k", self.keep_last_k)
-        clip = self.gradient_clip_norm
-        # NaN passes `clip <= 0` (every comparison with NaN is False): check finiteness too
-        if clip is not None and not (math.isfinite(clip) and clip > 0):
-            raise ValueError(
-                f"trainer.gradient_clip_norm={clip!r} is not valid; "
-                "use a finite positive float, or null to disable clipping"
-            )
+        _check_finite_positive(
+            "trainer.gradient_clip_norm", self.gradient_clip_norm, "to disable clipping"
+        )
         if self.warmup_steps < 0:
             raise ValueError(f"trainer.warmup_steps={self.warmup_steps!r} must be >= 0")
         resume = self.resume  # any value: the annotation is not enforced at run time

@@ -1,8 +1,8 @@
 """A new plugin (tests/ner_plugin: a tiny ELECTRA tagger with an export format of its own)
 installed into an environment layered on the workspace's with the command the docs give
 (``uv pip install --no-deps``), run from outside the repository on a local NER file with
-string tags: ``kiln-train`` trains it, ``kiln-export`` writes its own format, and
-``kiln.models.testing.run_kit`` passes on it, trained on that file."""
+string tags: ``kiln-train`` sweeps it over two precisions, ``kiln-export`` writes its own
+format, and ``kiln.models.testing.run_kit`` passes on it, trained on that file."""
 
 from __future__ import annotations
 
@@ -67,14 +67,17 @@ def run(python: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess
 def test_a_new_plugin_trains_exports_and_passes_the_kit_on_local_ner_files(env, tmp_path):
     data = tmp_path / "ner.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in ner_rows(48)))
-    train = ["-m", "kiln.experiments.train", "model=electra-ner", "data=my_ner",
-             f"data.dataset={data}", *FAST]  # fmt: skip
+    train = ["-m", "kiln.experiments.train", "--multirun", "model=electra-ner", "data=my_ner",
+             f"data.dataset={data}", *FAST, "precision=32-true,bf16-mixed"]  # fmt: skip
     proc = run(env, train, tmp_path)
     assert proc.returncode == 0, explain(proc)
-    (job,) = job_dirs(tmp_path)
-    record = summary(job)
-    assert record["status"] == "ok", record.get("error")
-    assert {"val/f1", "val/precision", "val/recall"} <= set(record["metrics"])
+    jobs = job_dirs(tmp_path)  # a sweep of the plugin's model, one job per precision
+    records = {summary(job)["precision"]: (job, summary(job)) for job in jobs}
+    assert sorted(records) == ["32-true", "bf16-mixed"]
+    for _, record in records.values():
+        assert record["status"] == "ok", record.get("error")
+        assert {"val/f1", "val/precision", "val/recall"} <= set(record["metrics"])
+    job = records["32-true"][0]
 
     export = run(env, ["-m", "kiln.experiments.export", str(job), "exported"], tmp_path)
     assert export.returncode == 0, explain(export)

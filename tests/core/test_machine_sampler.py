@@ -34,6 +34,7 @@ def _spinner(tmp_path, seconds: float) -> int:
     return int(pid_file.read_text())
 
 
+@pytest.mark.process  # measures other processes' CPU: alone, not beside the xdist workers
 def test_a_neighbour_in_the_middle_of_a_run_shows_in_the_steps_it_overlapped(tmp_path):
     """Steps 1-10, 11-20 with another process spinning, 21-30: the samples over steps 11-20
     hold a core more of other load than the rest (the machine is shared: the rest need not

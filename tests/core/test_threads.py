@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import launch_workers
+import psutil
 import pytest
 import torch
 
@@ -39,7 +40,7 @@ def test_the_default_depends_on_the_job_size_not_on_its_layout():
 def test_the_default_counts_the_cores_this_process_may_use(monkeypatch):
     for name in ("SLURM_CPUS_ON_NODE", "SLURM_CPUS_PER_TASK"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7})
+    monkeypatch.setattr(psutil.Process, "cpu_affinity", lambda self, cpus=None: list(range(8)))
     assert usable_cores() == 8  # (no cgroup quota on the test machine)
     assert default_threads_per_rank(2, 1) == 4
     # SLURM's CPUs for the job on this node: task/none binds nothing, the affinity says 8
@@ -49,7 +50,7 @@ def test_the_default_counts_the_cores_this_process_may_use(monkeypatch):
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
     assert usable_cores(ranks_on_node=2) == 2  # each of 2 tasks holds one
     assert default_threads_per_rank(2, 1) == 1
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})  # taskset, a cpuset
+    monkeypatch.setattr(psutil.Process, "cpu_affinity", lambda self, cpus=None: [3])  # a cpuset
     assert usable_cores(ranks_on_node=2) == 1
 
 

@@ -181,7 +181,12 @@ class TrainRecord:
     def fit_values(cls, result: dict[str, Any]) -> dict[str, Any]:
         """The record's entries from what ``fit`` returned (``FitResult`` as a dict, plus
         ``init_weights_sha256``)."""
-        return {name: result[name] for name in cls.fit_fields()}
+        newer = {f.name for f in dataclasses.fields(cls) if f.metadata.get("newer")}
+        return {
+            name: result[name]
+            for name in cls.fit_fields()
+            if not (name in newer and result[name] is None)  # left out while unset
+        }
 
     @classmethod
     def progress(cls, result: Any) -> dict[str, Any]:

@@ -81,7 +81,8 @@ def _inspect(file: Path, size: int, mtime_ns: int) -> tuple[dict[str, Any], ...]
     """``wandb leet inspect --json`` of one file; cached while the file is unchanged (a test
     reads one run's history, summary and fields in turn)."""
     del size, mtime_ns  # the cache key: a file still being written is read again
-    env = {**os.environ, "WANDB_SILENT": "true"}
+    # a reader of files: never attached to this process's W&B service (its log would grow)
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"} | {"WANDB_SILENT": "true"}
     done = subprocess.run(
         [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(file)],
         capture_output=True,

@@ -108,11 +108,13 @@ class LogValidateCheckpoint:
         }
         if grad_norm is not None:
             row["train/grad_norm"] = float(grad_norm)
-        if ctx.sampler is not None:  # the machine since the last log row
-            row |= {f"machine/{k}": v for k, v in ctx.sampler.since_last_read().items()}
         run.history.append(row)
+        logged = {k: v for k, v in row.items() if k != "step"}
+        if ctx.sampler is not None:  # the machine since the last log row: W&B's, not the
+            # run's history, which checkpoints carry and a resume must reproduce exactly
+            logged |= {f"machine/{k}": v for k, v in ctx.sampler.since_last_read().items()}
         try:
-            ctx.fabric.log_dict({k: v for k, v in row.items() if k != "step"}, step=step)
+            ctx.fabric.log_dict(logged, step=step)
         except Exception as error:
             if not requested_signal():
                 raise

@@ -33,6 +33,8 @@ _EXPORTS = {
     "CATEGORY_ORDER": "kiln.core.telemetry.profile",
     "StepBreakdown": "kiln.core.telemetry.profile",
     "step_breakdown": "kiln.core.telemetry.profile",
+    "profiler_activities": "kiln.core.telemetry.profile",
+    "write_profile": "kiln.core.telemetry.profile",
     "CompileConfig": "kiln.core.config",
     "ProfileConfig": "kiln.core.config",
     "PRECISIONS": "kiln.core.config",
@@ -133,6 +135,7 @@ __all__ = [
     "measured_peak",
     "plan_claim",
     "precision_audit",
+    "profiler_activities",
     "rank_seed",
     "read_checkpoint_meta",
     "read_run_file",
@@ -149,6 +152,7 @@ __all__ = [
     "unpack_optimizers",
     "usable_cores",
     "weights_hash",
+    "write_profile",
 ]
 lazy_package(__name__, _EXPORTS)
 
@@ -210,7 +214,13 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         usable_cores,
     )
     from kiln.core.telemetry.memory import reset_cpu_peak, status_kb, tensor_bytes
-    from kiln.core.telemetry.profile import CATEGORY_ORDER, StepBreakdown, step_breakdown
+    from kiln.core.telemetry.profile import (
+        CATEGORY_ORDER,
+        StepBreakdown,
+        profiler_activities,
+        step_breakdown,
+        write_profile,
+    )
     from kiln.core.telemetry.records import (
         CacheFigures,
         Calibration,

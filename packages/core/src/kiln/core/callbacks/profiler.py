@@ -13,7 +13,6 @@ pytorch.org/memory_viz). Only global rank 0 profiles.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from kiln.core.config import ProfileConfig
-from kiln.core.telemetry.profile import step_breakdown
+from kiln.core.telemetry.profile import profiler_activities, write_profile
 from kiln.core.upstream_internals import dump_memory_snapshot, record_memory_history
 
 if TYPE_CHECKING:
@@ -50,12 +49,9 @@ class StepProfiler:
         if not fit.fabric.is_global_zero:
             return
         self._cuda = fit.fabric.device.type == "cuda"
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if self._cuda:
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._profiler = torch.profiler.profile(
-            activities=activities,
+            activities=profiler_activities(fit.fabric.device.type),
             schedule=torch.profiler.schedule(  # pyright: ignore[reportUnknownArgumentType, reportUnknownMemberType]
                 wait=self.config.wait,
                 warmup=self.config.warmup,
@@ -96,16 +92,12 @@ class StepProfiler:
             )
 
     def _ready(self, profiler: torch.profiler.profile) -> None:
-        trace = self.directory / "trace.json"
-        profiler.export_chrome_trace(str(trace))
-        found = step_breakdown(profiler.events())
         self.result = {
-            "trace": str(trace),
+            **write_profile(profiler, self.directory),
             "steps": [
                 self.config.wait + self.config.warmup + 1,
                 self.config.wait + self.config.warmup + self.config.active,
             ],
-            "breakdown": dataclasses.asdict(found) if found else None,
             "memory_snapshot": self._dump_snapshot(),
         }
 

@@ -9,8 +9,10 @@ is host overhead (Python, the loop, launch latency) or, on a GPU, idle.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -142,3 +144,20 @@ def step_breakdown(events: Any) -> StepBreakdown | None:
         ops_per_step=ops / n,
         kernels_per_step=kernels / n,
     )
+
+
+def profiler_activities(device_type: str) -> list[Any]:
+    """What ``torch.profiler`` records on ``device_type``: the host, and CUDA's kernels."""
+    from torch.profiler import ProfilerActivity
+
+    cuda = [ProfilerActivity.CUDA] if device_type == "cuda" else []
+    return [ProfilerActivity.CPU, *cuda]
+
+
+def write_profile(profiler: Any, directory: Path) -> dict[str, Any]:
+    """A finished profile's Chrome/Perfetto trace (``directory/trace.json``) and its
+    :func:`step_breakdown`, as ``{"trace", "breakdown"}``."""
+    trace = directory / "trace.json"
+    profiler.export_chrome_trace(str(trace))
+    found = step_breakdown(profiler.events())
+    return {"trace": str(trace), "breakdown": dataclasses.asdict(found) if found else None}

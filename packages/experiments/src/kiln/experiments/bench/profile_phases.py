@@ -8,14 +8,13 @@ up on) under ``torch.profiler``: ``<job dir>/profile_eager/trace.json`` and
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from kiln.core import step_breakdown
+from kiln.core import profiler_activities, write_profile
 
 
 def profile_variant(
@@ -23,24 +22,18 @@ def profile_variant(
 ) -> dict[str, Any]:
     """Profile ``steps`` calls of ``step`` (after one warm-up call) into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
-    trace = directory / "trace.json"
-    found: dict[str, Any] = {}
+    written: dict[str, Any] = {}
 
     def ready(profiler: torch.profiler.profile) -> None:
-        profiler.export_chrome_trace(str(trace))
-        result = step_breakdown(profiler.events())
-        found["breakdown"] = dataclasses.asdict(result) if result else None
+        written.update(write_profile(profiler, directory))
 
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
     schedule = torch.profiler.schedule(wait=0, warmup=1, active=steps, repeat=1)
     with torch.profiler.profile(
-        activities=activities, schedule=schedule, on_trace_ready=ready
+        activities=profiler_activities(device.type), schedule=schedule, on_trace_ready=ready
     ) as profiler:
         for _ in range(steps + 1):
             step()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)  # the step's kernels inside its profiled span
             profiler.step()
-    return {"trace": str(trace), **found}
+    return written

@@ -35,6 +35,9 @@ TORCH_PRIVATE = {
         "torch.distributed._tools.mod_tracker",
         "torch.utils._pytree",
     },
+    # dynamo's explain (graph breaks of one call), the tool torch.compile's troubleshooting
+    # guide documents; torch.compiler has no counterpart
+    "models/src/kiln/models/testing.py": {"torch._dynamo"},
     # the checkpoint wrapper FSDP's docs use for activation checkpointing
     "core/src/kiln/core/loop/activation_checkpointing.py": {
         "torch.distributed.algorithms._checkpoint.checkpoint_wrapper"
@@ -133,6 +136,7 @@ def test_the_scan_finds_a_private_import(tmp_path):
         ("torch._functorch.config", []),
         ("torch._inductor.config", []),
         ("torch._dynamo.utils", ["counters"]),
+        ("torch._dynamo", ["explain"]),
         ("torch.utils._python_dispatch", ["TorchDispatchMode"]),
         ("torch.distributed._tools.mod_tracker", ["ModTracker"]),
         ("torch.utils._pytree", ["tree_flatten"]),

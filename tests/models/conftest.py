@@ -10,10 +10,10 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest
-from kit import tiny_model
 
 from kiln.models.data import ImageClassificationData, TextClassificationData
 from kiln.models.hf import TINY_TEXT
+from kiln.models.testing import tiny_model
 
 __all__ = ["tiny_data", "tiny_model"]
 

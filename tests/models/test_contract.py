@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import kiln.models as km
+from kiln.models.contract import ContractDeprecationWarning
 from kiln.models.data import ImageClassificationData
 from kiln.models.registry import _REGISTRY
 
@@ -16,8 +17,8 @@ from kiln.models.registry import _REGISTRY
 def registered():
     names = []
 
-    def register(name, factory, task="image-classification"):
-        km.register_model(name, task=task)(factory)
+    def register(name, factory, task="image-classification", contract=None):
+        km.register_model(name, task=task, contract=contract)(factory)
         names.append(name)
 
     yield register
@@ -68,9 +69,15 @@ class NoKeys(Half):
 
 
 def test_empty_metric_keys_fail_saying_what_they_are(registered):
-    registered("no-keys", lambda **kw: NoKeys(**kw))
+    registered("no-keys", lambda **kw: NoKeys(**kw), contract=2)
     with pytest.raises(TypeError, match=r"metric_keys=\(\) must be a non-empty tuple"):
         km.create_model("no-keys")
+
+
+def test_empty_metric_keys_of_an_undeclared_contract_warn_and_build(registered):
+    registered("no-keys-undeclared", lambda **kw: NoKeys(**kw))
+    with pytest.warns(ContractDeprecationWarning, match=r"set the class attribute metric_keys"):
+        km.create_model("no-keys-undeclared")
 
 
 def test_image_data_asks_the_model_for_what_it_needs_by_name(registered):

@@ -7,9 +7,9 @@ import importlib
 import sys
 from pathlib import Path
 
-import kit
 import pytest
 
+from kiln.models import testing as kit
 from kiln.models.registry import _REGISTRY
 
 DOC = Path(__file__).resolve().parents[2] / "README.md"

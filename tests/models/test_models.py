@@ -1,10 +1,10 @@
-"""Every registered model, at its tiny size, through the test kit (``kit.py``): the
+"""Every registered model, at its tiny size, through the test kit (``kiln.models.testing``): the
 contract, bf16, a checkpoint round trip, graph breaks, inductor, a fit step, the export."""
 
-import kit
 import pytest
 
 import kiln.models as km
+from kiln.models import testing as kit
 
 MODELS = km.list_models()
 # Inductor compiles C++ on the CPU: the default suite compiles only the tiniest model.

@@ -153,8 +153,9 @@ def test_a_fused_optimizers_checkpoint_resumes_fused_and_bit_exact():
 def test_the_decay_groups_are_timms(name, weight_decay):
     """The same split as timm's ``param_groups_weight_decay`` (the reference), parameter by
     parameter and in order, for HF and TIMM models."""
-    import kit
     from timm.optim import param_groups_weight_decay
+
+    from kiln.models import testing as kit
 
     model = kit.tiny_model(name)
     decay, no_decay = parameter_groups(model, weight_decay)

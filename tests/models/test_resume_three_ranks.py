@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from kit import tiny_model
 
 from kiln.core import TrainerConfig, fit, launch
 from kiln.models.data import CausalLMData
 from kiln.models.hf import TINY_TEXT
 from kiln.models.optim import SchedulerConfig
+from kiln.models.testing import tiny_model
 
 GLOBAL_BATCH = (
     12  # micro-batches of 2: accumulation 3 on 2 ranks, 2 on 3; 60 rows: 5 steps an epoch

@@ -5,10 +5,18 @@ methods a model implements (:class:`KilnModel`) and two class attributes. ``crea
 checks a built model against :class:`KilnModel` and fails naming what is missing, before
 any data is loaded. A data module states what it needs of the model as a Protocol of its
 own (:class:`ImageModel`, :class:`TextModel`) and checks it when it is attached.
+
+The contract has a version, :data:`CONTRACT_VERSION`. A plugin states the version it was
+written for with ``register_model(..., contract=N)``; kiln accepts the versions in
+:data:`SUPPORTED_CONTRACTS` (the current one and the one before it) and refuses others when
+the model is registered, saying what to change. What contract 1 had and contract 2 does not
+keeps working for the one release, with a :class:`ContractDeprecationWarning` naming the
+replacement (:data:`MIGRATION`).
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -16,6 +24,87 @@ if TYPE_CHECKING:
     import torch
 
 DOCS = "docs/model-tasks.md"
+MIGRATION_DOCS = "docs/extending.md#migrating-from-the-previous-release"
+
+CONTRACT_VERSION = 2
+"""The version of the model contract this kiln.models implements."""
+SUPPORTED_CONTRACTS = (1, 2)
+"""The versions a plugin may declare: contract 1 runs with deprecation warnings."""
+MIGRATION = {
+    "_attach_data": "delete the self._attach_data() call at the end of __init__: "
+    "create_model attaches the data module (KilnModule.attach_data) after the factory returns",
+    "metric_keys": "set the class attribute metric_keys to the keys validation_metrics returns, "
+    "e.g. metric_keys = ('accuracy', 'f1', 'loss')",
+    "tiny_data": "define the classmethod tiny_data() returning a small data module of the task "
+    "(the test kit trains on it; ImageClassifier and the HF task wrappers have one)",
+}
+"""What changed from contract 1 to contract 2, as the fix for each name."""
+
+
+class ContractDeprecationWarning(DeprecationWarning):
+    """A plugin uses what a previous model contract had; the message says what replaces it.
+
+    Shown by default (Python hides plain ``DeprecationWarning`` outside ``__main__``), so
+    ``kiln-train`` prints it.
+    """
+
+
+warnings.filterwarnings("default", category=ContractDeprecationWarning)
+
+
+def warn_deprecated(name: str, subject: str, stacklevel: int = 3) -> None:
+    """Warn that ``subject`` relies on contract 1's ``name``, with its fix (:data:`MIGRATION`)."""
+    warnings.warn(
+        f"{subject} relies on {name!r} of kiln's model contract 1, which contract "
+        f"{CONTRACT_VERSION} replaces; it works in this release only. To migrate: "
+        f"{MIGRATION[name]} (see {MIGRATION_DOCS})",
+        ContractDeprecationWarning,
+        stacklevel=stacklevel,
+    )
+
+
+def check_declared_contract(name: str, contract: int | None) -> None:
+    """Refuse a model registered for a contract this kiln does not run; warn on contract 1.
+
+    Args:
+        name: The model's registry name.
+        contract: The version its plugin declares (``None``: not declared, taken as current).
+
+    Raises:
+        ValueError: ``contract`` is not one of :data:`SUPPORTED_CONTRACTS`; the message says
+            whether to upgrade kiln or which changes migrate the plugin.
+    """
+    if contract is None or contract == CONTRACT_VERSION:
+        return
+    if isinstance(contract, bool) or not isinstance(contract, int):
+        raise ValueError(
+            f"model {name!r}: contract={contract!r} must be an int, the version of kiln's model "
+            f"contract the plugin was written for (this kiln implements {CONTRACT_VERSION})"
+        )
+    if contract > CONTRACT_VERSION:
+        raise ValueError(
+            f"model {name!r} is written for kiln's model contract {contract}, but the installed "
+            f"kiln-models implements contract {CONTRACT_VERSION} (supports "
+            f"{', '.join(map(str, SUPPORTED_CONTRACTS))}): upgrade kiln-models, or install the "
+            "plugin's release for this kiln"
+        )
+    if contract not in SUPPORTED_CONTRACTS:
+        steps = "; ".join(f"{key}: {fix}" for key, fix in MIGRATION.items())
+        raise ValueError(
+            f"model {name!r} is written for kiln's model contract {contract}, which this kiln "
+            f"(contract {CONTRACT_VERSION}) no longer runs. Migrate it to contract "
+            f"{CONTRACT_VERSION} and register it with contract={CONTRACT_VERSION}: {steps} "
+            f"(see {MIGRATION_DOCS})"
+        )
+    steps = "; ".join(MIGRATION.values())
+    warnings.warn(
+        f"model {name!r} is registered for kiln's model contract {contract}; it runs in this "
+        f"release with warnings, and the next one refuses it. To migrate to contract "
+        f"{CONTRACT_VERSION}: {steps}; then register it with contract={CONTRACT_VERSION} "
+        f"(see {MIGRATION_DOCS})",
+        ContractDeprecationWarning,
+        stacklevel=3,
+    )
 
 
 @runtime_checkable
@@ -97,21 +186,31 @@ def missing_members(obj: Any, protocol: type) -> list[str]:
     return missing
 
 
-def check_model(module: Any, name: str) -> None:
+def check_model(module: Any, name: str, contract: int | None = None) -> None:
     """Fail naming what ``module`` (built as model ``name``) lacks of :class:`KilnModel`.
 
+    A model without ``metric_keys`` whose plugin does not declare contract 2 (contract 1
+    had none) warns instead (:class:`ContractDeprecationWarning`) and trains.
+
     Raises:
-        TypeError: A method or attribute is missing, or ``metric_keys`` is empty.
+        TypeError: A method or attribute is missing, or ``metric_keys`` is empty in a model
+            registered with ``contract=2``.
     """
+    keys = getattr(module, "metric_keys", None)
     missing = missing_members(module, KilnModel)
+    # contract 1 had no metric_keys: such a model still trains (only the test kit reads them)
+    legacy = not keys and contract != CONTRACT_VERSION and set(missing) <= {"metric_keys"}
+    if legacy:
+        warn_deprecated("metric_keys", f"model {name!r} ({type(module).__name__})", 3)
+        missing = []
     if missing:
         raise TypeError(
             f"model {name!r} ({type(module).__name__}) does not implement kiln's model "
             f"contract: it lacks {', '.join(missing)} (subclass kiln.models.KilnModule and "
             f"implement them; see {DOCS})"
         )
-    keys = module.metric_keys
-    if not keys or isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
+    bad_keys = not keys or isinstance(keys, str) or not all(isinstance(k, str) for k in keys)
+    if bad_keys and not legacy:
         raise TypeError(
             f"model {name!r} ({type(module).__name__}): metric_keys={keys!r} must be a "
             "non-empty tuple of the names validation_metrics returns, e.g. ('accuracy', 'loss')"

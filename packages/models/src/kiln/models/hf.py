@@ -51,7 +51,7 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 """Test-sized configs per HF ``model_type`` (a few thousand parameters plus the embedding)."""
 
-TINY_TEXT = {"num_train": 64, "num_val": 40, "batch_size": 8, "max_length": 32}
+TINY_TEXT: dict[str, Any] = {"num_train": 64, "num_val": 40, "batch_size": 8, "max_length": 32}
 """A small text data module's arguments (the wrappers' ``tiny_data``)."""
 
 

@@ -27,12 +27,17 @@ class HFSeq2SeqLM(HFTokenModule):
     target token right), perplexity and loss. Config-built models start decoding at the
     tokenizer's ``[CLS]`` (or BOS) token.
 
+    ``kiln-eval`` also generates (``generate_texts``: greedy, up to the data's
+    ``max_target_length`` new tokens) and scores the text (``generation_metrics``: exact
+    match, sacreBLEU and chrF, keys ``generation_keys``).
+
     Args:
         **kwargs: See ``HFModule`` (``arch`` defaults to ``t5``; ``bart`` works too).
     """
 
     task = "seq2seq-lm"
     metric_keys = ("accuracy", "exact_match", "perplexity", "loss")
+    generation_keys = ("exact_match", "bleu", "chrf")
     items_are_tokens = True
     auto_class_name = "AutoModelForSeq2SeqLM"
 
@@ -65,6 +70,33 @@ class HFSeq2SeqLM(HFTokenModule):
             predictions=right.long().cpu().numpy(), references=[1] * int(real.sum())
         )["accuracy"]
         return {"accuracy": token_accuracy(outputs), "exact_match": exact, **perplexity(outputs)}
+
+    def generate_texts(self, batch: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
+        """Greedy generations for the batch's inputs and its targets, decoded (the data's
+        padding rows, which have no target, dropped)."""
+        labels = batch["labels"]
+        real = labels[:, 0] != IGNORE_INDEX
+        length = getattr(self.data_module, "max_target_length", labels.shape[1])
+        generated = self.model.generate(
+            input_ids=batch["input_ids"][real],
+            attention_mask=batch["attention_mask"][real],
+            max_new_tokens=length,
+            do_sample=False,
+            num_beams=1,
+        )
+        targets = labels[real].masked_fill(
+            labels[real] == IGNORE_INDEX, self.tokenizer.pad_token_id
+        )
+        decode = self.tokenizer.batch_decode
+        return decode(generated, skip_special_tokens=True), decode(
+            targets, skip_special_tokens=True
+        )
+
+    def generation_metrics(self, predictions: list[str], references: list[str]) -> dict[str, float]:
+        """Exact match, sacreBLEU and chrF of generated texts (``metrics/generated_text``)."""
+        metric = load_metric("generated_text")
+        scores = metric.compute(predictions=predictions, references=references) or {}
+        return {key: float(scores[key]) for key in self.generation_keys}
 
     def example_batch(self, batch_size: int, device: Any = None) -> dict[str, torch.Tensor]:
         ids = self._example_ids(batch_size, self._example_length(), device)

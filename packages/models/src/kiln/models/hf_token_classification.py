@@ -12,6 +12,9 @@ from kiln.models.hf_token_module import HFTokenModule
 from kiln.models.metrics import load_metric
 from kiln.models.registry import register_alias, register_model
 
+SEQEVAL_MODES = ("default", "strict")
+"""The entity-matching modes of the metrics (``metrics/seqeval``)."""
+
 
 class HFTokenClassifier(HFTokenModule):
     """Per-token classification on ``TokenClassificationData`` (labels -100 where skipped).
@@ -23,6 +26,10 @@ class HFTokenClassifier(HFTokenModule):
 
     Args:
         num_labels: Tags; ``None`` takes them (and their names) from the data (9 without).
+        seqeval_mode: ``"default"``: seqeval's default, lenient IOB2 (an ``I-X`` that
+            continues no ``X`` starts an entity: ``I-PER I-PER`` matches ``B-PER I-PER``);
+            ``"strict"``: seqeval's ``mode="strict", scheme=IOB2`` (entities start at
+            ``B-X`` only).
         **kwargs: See ``HFModule`` (``arch`` defaults to ``bert``).
     """
 
@@ -31,11 +38,21 @@ class HFTokenClassifier(HFTokenModule):
     auto_class_name = "AutoModelForTokenClassification"
 
     def __init__(
-        self, num_labels: int | None = None, arch: str = "bert", data: Any = None, **kwargs: Any
+        self,
+        num_labels: int | None = None,
+        arch: str = "bert",
+        data: Any = None,
+        seqeval_mode: str = "default",
+        **kwargs: Any,
     ) -> None:
+        if seqeval_mode not in SEQEVAL_MODES:
+            raise ValueError(
+                f"seqeval_mode={seqeval_mode!r} is not valid; choose one of: {SEQEVAL_MODES}"
+            )
         head = label_head(num_labels, data, default=9)
         super().__init__(arch=arch, data=data, **kwargs, **head)
         self.num_labels = head["num_labels"]
+        self.seqeval_mode = seqeval_mode
 
     @classmethod
     def tiny_data(cls) -> Any:
@@ -53,7 +70,9 @@ class HFTokenClassifier(HFTokenModule):
             if kept:  # validation padding rows hold no labels
                 predictions.append([names[p] for p, _ in kept])
                 references.append([names[t] for _, t in kept])
-        scores = load_metric("seqeval").compute(predictions=predictions, references=references)
+        scores = load_metric("seqeval").compute(
+            predictions=predictions, references=references, mode=self.seqeval_mode
+        )
         loss = float(outputs["nll_sum"].double().sum() / outputs["tokens"].sum())
         return {**scores, "loss": loss}
 

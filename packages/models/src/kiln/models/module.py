@@ -15,6 +15,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from kiln.models.contract import warn_deprecated
 from kiln.models.optim import OptimizerConfig, SchedulerConfig, build_optimizer, build_scheduler
 
 
@@ -85,6 +86,11 @@ class KilnModule(L.LightningModule):
         if self.data_module is not None and not self._data_attached:
             self.data_module.attach(self)
             self._data_attached = True
+
+    def _attach_data(self) -> None:
+        """Contract 1's attach call, kept for one release: warns, then ``attach_data()``."""
+        warn_deprecated("_attach_data", f"{type(self).__name__}.__init__")
+        self.attach_data()
 
     # -- the contract -------------------------------------------------------------------
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, Any]:

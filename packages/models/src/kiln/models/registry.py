@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from kiln.models.contract import check_model
+from kiln.models.contract import check_declared_contract, check_model
 
 F = TypeVar("F", bound=Callable[..., Any])
 TinyOverrides = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
@@ -51,6 +51,8 @@ class ModelEntry:
     """Arguments an alias sets that the caller cannot change (the ``arch``)."""
     defaults: dict[str, Any] = field(default_factory=dict)
     """Arguments an alias sets that the caller can override (dicts merged one level)."""
+    contract: int | None = None
+    """The model contract version its plugin declares (``None``: not declared)."""
 
     def tiny_overrides(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         """The overrides that shrink this model as configured by ``kwargs``."""
@@ -90,7 +92,11 @@ def _load_models() -> None:
 
 
 def register_model(
-    name: str | None = None, *, task: str, tiny: TinyOverrides | None = None
+    name: str | None = None,
+    *,
+    task: str,
+    tiny: TinyOverrides | None = None,
+    contract: int | None = None,
 ) -> Callable[[F], F]:
     """Register a factory function or a module class under ``name``.
 
@@ -100,17 +106,25 @@ def register_model(
         tiny: ``create_model`` overrides for a test-sized variant (tests build every
             registered model with them; ``create_model(name, tiny=True)`` applies them), or
             a function of the model's kwargs returning them (see ``TinyOverrides``).
+        contract: The version of kiln's model contract the model is written for
+            (``kiln.models.contract.CONTRACT_VERSION``); ``None`` takes the current one.
 
     Returns:
         A decorator that registers and returns the factory unchanged.
+
+    Raises:
+        ValueError: ``contract`` is a version this kiln does not run; the message says
+            what to change (warns, ``ContractDeprecationWarning``, for the previous one).
     """
 
     def decorator(factory: F) -> F:
         key = name or factory.__name__
+        check_declared_contract(key, contract)
         doc = (factory.__doc__ or "").strip().splitlines()
         tiny_for = tiny if callable(tiny) else None
         default_tiny = tiny({}) if tiny_for is not None else dict(tiny or {})
-        _add(ModelEntry(key, factory, task, default_tiny, doc[0] if doc else "", tiny_for))
+        description = doc[0] if doc else ""
+        _add(ModelEntry(key, factory, task, default_tiny, description, tiny_for, contract=contract))
         return factory
 
     return decorator
@@ -148,6 +162,7 @@ def register_alias(
             alias_of=base,
             fixed=dict(fixed or {}),
             defaults=dict(defaults or {}),
+            contract=target.contract,
         )
     )
 
@@ -248,7 +263,7 @@ def create_model(name: str, *, tiny: bool = False, **overrides: Any) -> Any:
         if match is None or match.group(1) not in overrides:
             raise
         raise ValueError(_unknown_argument(name, match.group(1), valid_arguments(name))) from err
-    check_model(module, name)
+    check_model(module, name, entry.contract)
     attach = getattr(module, "attach_data", None)
     if callable(attach):  # the data checks itself against the built model, before training
         attach()

@@ -17,6 +17,10 @@ def evaluate(module: Any, split: str = "validation", limit_batches: int | None =
         split: ``validation`` or ``test`` (where the data module has ``test_dataloader``).
         limit_batches: Evaluate the first N batches only (``None``: all).
 
+    A module that generates (``generate_texts(batch) -> (predictions, references)`` and
+    ``generation_metrics(predictions, references)``, as the seq2seq wrapper has) also gets
+    its generated text scored over the same batches, as ``<prefix>/generated_<metric>``.
+
     Returns:
         ``{"<val|test>/<metric>": value}``.
 
@@ -35,6 +39,8 @@ def evaluate(module: Any, split: str = "validation", limit_batches: int | None =
             f"use split=validation"
         )
     outputs: dict[str, list[torch.Tensor]] = defaultdict(list)
+    generate: Any = getattr(module, "generate_texts", None)
+    texts: tuple[list[str], list[str]] = ([], [])
     module.eval()
     device = next(module.parameters()).device  # a module just trained may sit on a GPU
     with torch.no_grad():
@@ -44,5 +50,12 @@ def evaluate(module: Any, split: str = "validation", limit_batches: int | None =
             batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
             for key, value in module.validation_step(batch, i).items():
                 outputs[key].append(value.detach())
+            if generate is not None:
+                predictions, references = generate(batch)
+                texts[0].extend(predictions)
+                texts[1].extend(references)
     metrics = module.validation_metrics({k: torch.cat(v) for k, v in outputs.items()})
+    if generate is not None:
+        generated = module.generation_metrics(*texts)
+        metrics |= {f"generated_{k}": v for k, v in generated.items()}
     return {f"{prefix}/{k}": float(v) for k, v in metrics.items()}

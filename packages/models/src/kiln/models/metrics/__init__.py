@@ -1,8 +1,8 @@
 """Metrics as ``evaluate`` modules shipped inside kiln.models, so they load offline.
 
 ``evaluate.load("accuracy")`` fetches a script from the hub; kiln ships its own metric
-scripts (accuracy, f1, perplexity, SQuAD's exact match and F1, seqeval's entity F1) and
-loads them by local path instead.
+scripts (accuracy, f1, perplexity, SQuAD's exact match and F1, seqeval's entity F1, and
+exact match, sacreBLEU and chrF of generated text) and loads them by local path instead.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import evaluate
 
 METRICS_DIR = Path(__file__).parent
-METRIC_NAMES = ("accuracy", "f1", "perplexity", "seqeval", "squad")
+METRIC_NAMES = ("accuracy", "f1", "generated_text", "perplexity", "seqeval", "squad")
 
 
 def metric_info(description: str, inputs: str, **features: str | list[str]) -> evaluate.MetricInfo:

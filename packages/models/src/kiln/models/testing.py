@@ -1,14 +1,25 @@
 """kiln's model test kit: the checks every registered model passes, one function each.
 
-``test_models.py`` and ``test_fit.py`` run them over ``list_models()`` (kiln's models and
-every installed plugin's); a plugin's own test can call them on its model (``run_kit``).
-Each model supplies what a check needs: its tiny variant (``tiny`` in the registry), its
-tiny data (``tiny_data()``), its metric keys (``metric_keys``) and its export.
+A plugin's test runs all of them on its model::
+
+    from kiln.models.testing import run_kit
+
+    def test_my_model(tmp_path):
+        run_kit("my-model", tmp_path)
+
+kiln's own suite runs them over ``list_models()`` (kiln's models and every installed
+plugin's). Each model supplies what a check needs: its tiny variant (``tiny`` in the
+registry), its metric keys (``metric_keys``), its export (``export``/``load_export``) and
+the data the two training checks use: the class's ``tiny_data()``, which a plugin model
+inherits from its base class (digits for an ``ImageClassifier``, generated text for the HF
+wrappers) unless it overrides it; ``run_kit(..., data=make_data)`` trains on the plugin's
+own data module instead.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +27,10 @@ import torch
 
 import kiln.models as km
 from kiln.core import TrainerConfig, fit, precision_audit
+from kiln.models.module import KilnModule
+
+DataFactory = Callable[[], Any]
+"""Builds a fresh data module for a check that trains (each build is attached to one model)."""
 
 
 def model_class(name: str) -> type:
@@ -24,10 +39,13 @@ def model_class(name: str) -> type:
 
 
 def tiny_model(name: str, data: Any = None, **kwargs: Any) -> Any:
-    """The registered model ``name`` at its test size; ``data=True`` adds its tiny data."""
+    """The registered model ``name`` at its test size; ``data=True`` adds its class's
+    ``tiny_data()``, a callable adds what it returns, anything else is the data module."""
     entry = km.get_model_entry(name)
     if data is True:
         kwargs["data"] = model_class(name).tiny_data()
+    elif callable(data):
+        kwargs["data"] = data()
     elif data is not None:
         kwargs["data"] = data
     return km.create_model(name, **{**entry.tiny, **kwargs})
@@ -77,21 +95,22 @@ def check_bf16_mixed(name: str) -> None:
     assert audit.dtypes(matmuls_only=True).get("bfloat16", 0) > 0
 
 
-def check_checkpoint_round_trip(name: str, tmp_path: Path) -> None:
+def check_checkpoint_round_trip(name: str, tmp_path: Path, data: DataFactory | None = None) -> None:
     """Trained one step by ``kiln.core.fit`` and resumed from its checkpoint into a
-    differently initialized model, it validates exactly as the trained one."""
-    trainer = dict(max_steps=1, accelerator="cpu", limit_val_batches=1, progress=False)
+    differently initialized model, it validates exactly as the trained one (on ``data()``,
+    or the class's ``tiny_data()``)."""
     torch.manual_seed(0)
-    trained = tiny_model(name, data=True)
-    saved = fit(trained, trainer=TrainerConfig(**trainer, checkpoint_dir=str(tmp_path)))
+    trained = tiny_model(name, data=data or True)
+    saved = fit(trained, trainer=_trainer(checkpoint_dir=str(tmp_path)))
     assert saved.checkpoint is not None and saved.global_step == 1
     torch.manual_seed(1)  # a different random init, overwritten by the load
-    loaded = tiny_model(name, data=True)
+    loaded = tiny_model(name, data=data or True)
     before = {k: v.detach().clone() for k, v in loaded.state_dict().items()}
     assert any(not torch.equal(v, before[k]) for k, v in trained.state_dict().items())
-    resumed = fit(loaded, trainer=TrainerConfig(**trainer, resume=saved.checkpoint))
+    resumed = fit(loaded, trainer=_trainer(resume=saved.checkpoint))
     assert resumed.global_step == 1  # loaded at step 1 of 1: nothing more to train
-    trained.eval(), loaded.eval()
+    trained.eval()
+    loaded.eval()
     batch = trained.example_batch(2)
     with torch.no_grad():
         expected, actual = trained.validation_step(batch, 0), loaded.validation_step(batch, 0)
@@ -122,10 +141,10 @@ def check_inductor_matches_eager(name: str) -> None:
         torch.testing.assert_close(actual[key], expected[key], rtol=1e-4, atol=1e-4)
 
 
-def check_fit_step(name: str) -> None:
-    """One optimizer step through ``kiln.core.fit`` on the model's tiny data changes the
-    weights and validates to every one of its ``metric_keys``."""
-    module = tiny_model(name, data=True)
+def check_fit_step(name: str, data: DataFactory | None = None) -> None:
+    """One optimizer step through ``kiln.core.fit`` on ``data()`` (or the class's
+    ``tiny_data()``) changes the weights and validates to every one of its ``metric_keys``."""
+    module = tiny_model(name, data=data or True)
     before = {k: v.detach().clone() for k, v in module.named_parameters()}
     result = fit(module, trainer=_trainer())
     assert result.global_step == 1
@@ -142,15 +161,45 @@ def _output_tensors(output: Any) -> dict[str, torch.Tensor]:
     return {k: v for k, v in output.items() if isinstance(v, torch.Tensor) and k != "loss"}
 
 
+def _tensors(outputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in outputs.items() if isinstance(v, torch.Tensor)}
+
+
+def uses_library_export(module: Any) -> bool:
+    """Whether ``module`` keeps ``KilnModule``'s transformers/timm export (not its own)."""
+    cls = type(module)
+    return cls.export is KilnModule.export and cls.load_export is KilnModule.load_export
+
+
 def check_export(name: str, tmp_path: Path) -> None:
-    """``export`` writes what the model's own library loads without kiln (transformers by
-    the saved architecture, timm by ``local-dir:``), with equal outputs; ``load_export``
-    loads it back into a differently initialized model, whose outputs differed before."""
+    """``load_export`` of an ``export`` loads it into a differently initialized model, whose
+    validation outputs differed before and equal the exported model's after. A model with
+    the default export is also loaded by its own library without kiln (transformers by the
+    saved architecture, timm by ``local-dir:``), with equal outputs; a model that overrides
+    ``export`` and ``load_export`` is checked through them alone."""
     torch.manual_seed(0)
     module = tiny_model(name).eval()
-    out = module.export(tmp_path / "export")
+    out = Path(module.export(tmp_path / "export"))
+    batch = module.example_batch(2)
+    if uses_library_export(module):
+        _check_library_load(module, out, batch)
+    torch.manual_seed(1)
+    other = tiny_model(name).eval()
+    with torch.no_grad():
+        expected = _tensors(module.validation_step(batch, 0))
+        fresh = _tensors(other.validation_step(batch, 0))
+    assert expected, f"{name}: validation_step returned no tensors to compare"
+    assert any(not torch.equal(fresh[k], expected[k]) for k in expected), "same outputs"
+    other.load_export(out)
+    with torch.no_grad():
+        loaded = _tensors(other.validation_step(batch, 0))
+    for key in expected:
+        torch.testing.assert_close(loaded[key], expected[key])
+
+
+def _check_library_load(module: Any, out: Path, batch: dict[str, torch.Tensor]) -> None:
     config = json.loads((out / "config.json").read_text())
-    inputs = module.model_inputs(module.example_batch(2))
+    inputs = module.model_inputs(batch)
     if "architectures" in config:  # transformers
         import transformers
 
@@ -174,16 +223,6 @@ def check_export(name: str, tmp_path: Path) -> None:
     assert expected and set(actual) == set(expected)
     for key in expected:
         torch.testing.assert_close(actual[key], expected[key])
-    torch.manual_seed(1)
-    other = tiny_model(name).eval()
-    with torch.no_grad():
-        fresh = run(other.model)
-    assert any(not torch.allclose(fresh[k], expected[k]) for k in expected), "same weights"
-    other.load_export(out)
-    with torch.no_grad():
-        loaded = run(other.model)
-    for key in expected:
-        torch.testing.assert_close(loaded[key], expected[key])
 
 
 CHECKS = (
@@ -197,10 +236,19 @@ CHECKS = (
 """The whole kit (the inductor check compiles C++: the suite runs it on one model only)."""
 
 
-def run_kit(name: str, tmp_path: Path) -> None:
-    """Every check of the kit on model ``name`` (a plugin's test calls this)."""
+def run_kit(name: str, tmp_path: str | Path, data: DataFactory | None = None) -> None:
+    """Every check of the kit on model ``name`` (a plugin's test calls this).
+
+    Args:
+        name: A registered model (``list_models()``).
+        tmp_path: A directory for the checkpoints and exports the checks write.
+        data: Builds a fresh data module of the plugin's own data for the two checks that
+            train; ``None`` uses the model class's ``tiny_data()`` (inherited from its base
+            class unless the plugin overrides it).
+    """
     for check in CHECKS:
-        if "tmp_path" in check.__code__.co_varnames[: check.__code__.co_argcount]:
-            check(name, tmp_path / check.__name__)
-        else:
-            check(name)
+        params = check.__code__.co_varnames[: check.__code__.co_argcount]
+        kwargs: dict[str, Any] = {"data": data} if "data" in params else {}
+        if "tmp_path" in params:
+            kwargs["tmp_path"] = Path(tmp_path) / check.__name__
+        check(name, **kwargs)

@@ -21,6 +21,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from kiln.experiments.bench.bench_config import register_configs
+from kiln.experiments.jobs.fast_exit import end_interrupted
 from kiln.experiments.settings.compose import run_hydra_app
 from kiln.experiments.settings.job_info import BENCH, JobInfo
 
@@ -59,8 +60,11 @@ def task(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
-    """Console script entry point."""
-    run_hydra_app(task, "bench", register_configs)
+    """Console script entry point (an interrupted run ends killed by SIGINT)."""
+    try:
+        run_hydra_app(task, "bench", register_configs)
+    except KeyboardInterrupt as interrupt:
+        end_interrupted(interrupt)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from kiln.experiments.jobs.fast_exit import end_process
+from kiln.experiments.jobs.fast_exit import end_interrupted, end_process
 from kiln.experiments.settings.compose import run_hydra_app
 from kiln.experiments.train.objective import OptimizedMetric, objective_value
 from kiln.experiments.train.train_config import register_configs
@@ -56,8 +56,12 @@ def optimized_metric(cfg: DictConfig) -> OptimizedMetric:
 
 def main() -> None:
     """Console script entry point: the process ends here (a failed job exits non-zero
-    through ``SystemExit``; a finished one without the interpreter's teardown)."""
-    run_hydra_app(task, "train", register_configs)
+    through ``SystemExit``; a finished one without the interpreter's teardown; an
+    interrupted one killed by SIGINT)."""
+    try:
+        run_hydra_app(task, "train", register_configs)
+    except KeyboardInterrupt as interrupt:
+        end_interrupted(interrupt)
     end_process()
 
 

@@ -131,9 +131,8 @@ class ShardStream(IterableDataset[dict[str, torch.Tensor]]):
         while True:
             while len(self.buffer) < self.shuffle_buffer:
                 self._pack(self._next_document())
-            pick = int(self.rng.integers(len(self.buffer)))
-            self.buffer[pick], self.buffer[-1] = self.buffer[-1], self.buffer[pick]
-            row = self.buffer.pop()
+            # one of the oldest shuffle_buffer rows (a long document can add several at once)
+            row = self.buffer.pop(int(self.rng.integers(self.shuffle_buffer)))
             yield dict(zip(PACKED_KEYS, row.unbind(0), strict=True))
 
     def _order(self) -> list[int]:

@@ -170,8 +170,8 @@ def test_a_shard_of_another_schema_is_named(tmp_path: Path) -> None:
 
 def test_a_bad_json_line_is_named_with_its_line(tmp_path: Path) -> None:
     path = tmp_path / "train.jsonl"
-    path.write_text(json.dumps({"text": "a b"}) + "\n" + '{"text": "cut off')
-    with pytest.raises(ShardError, match=f"shard {path}, line 2: not JSON"):
+    path.write_text(json.dumps({"text": "a b"}) + "\n\n" + '{"text": "cut off')
+    with pytest.raises(ShardError, match=f"shard {path}, line 3: not JSON"):  # the file's line
         data_module(str(path), dataset="json").setup()
     path.write_text(json.dumps({"body": "a b"}) + "\n")
     with pytest.raises(ShardError, match=f"shard {path}, line 1: no text in column 'text'"):

@@ -83,11 +83,16 @@ def _check_parquet(path: Path, column: str) -> int:
     return meta.num_rows
 
 
-def _check_json_lines(path: Path, column: str) -> int:
+def _json_lines(path: Path) -> list[tuple[int, bytes]]:
+    """(line index, line) of every non-blank line of a JSON Lines shard."""
     with path.open("rb") as handle:
-        lines = [line for line in handle if line.strip()]
-    for row in {0, len(lines) - 1} - {-1}:  # where a cut or another format shows first
-        document_text(lines[row], path, row, column)
+        return [(row, line) for row, line in enumerate(handle) if line.strip()]
+
+
+def _check_json_lines(path: Path, column: str) -> int:
+    lines = _json_lines(path)
+    for row, line in lines[:1] + lines[-1:]:  # where a cut or another format shows first
+        document_text(line, path, row, column)
     return len(lines)
 
 
@@ -123,6 +128,4 @@ def read_texts(path: Path, column: str) -> list[str]:
             if not isinstance(text, str):
                 raise ShardError(f"shard {path}, row {row}: column {column!r} is empty (null)")
         return texts
-    with path.open("rb") as handle:
-        lines = [line for line in handle if line.strip()]
-    return [document_text(line, path, row, column) for row, line in enumerate(lines)]
+    return [document_text(line, path, row, column) for row, line in _json_lines(path)]

@@ -70,7 +70,7 @@ def training_loader(loader: DataLoader[Any], fabric: Fabric, seed: int) -> DataL
     an uninterrupted run sees. Iterate it with :func:`epoch_batches`.
     """
     if isinstance(loader.dataset, IterableDataset):
-        raise TypeError("kiln's loop needs a map-style training dataset, got an IterableDataset")
+        return loader  # a stream keeps its own position (kiln.core.loop.stream)
     if loader.batch_size is None:
         # A custom batch sampler (e.g. length buckets) keeps its own order; Fabric still
         # shards it across ranks. Resume is exact only if it seeds itself by epoch.
@@ -120,6 +120,8 @@ def epoch_batcher(loader: DataLoader[Any]) -> EpochBatches:
 def micro_batch_size(loader: DataLoader[Any]) -> int | None:
     """The per-rank micro-batch size of a loader built by :func:`training_loader`, or
     ``None`` for the user's own batch sampler (whose order kiln cannot vouch for)."""
+    if isinstance(loader.dataset, IterableDataset):
+        return loader.batch_size
     batches = epoch_batcher(loader).batches
     if isinstance(batches, BatchSampler) and isinstance(batches.sampler, DistributedSampler):
         return batches.batch_size
@@ -150,6 +152,8 @@ def epoch_batches(
         epoch: The epoch whose order to use.
         skip: Batches of the epoch already trained on; never loaded.
     """
+    if isinstance(loader.dataset, IterableDataset):
+        return iter(loader)  # a stream resumes from its loaded state, not by skipping
     epoch_batcher(loader).start(epoch, skip)
     generator = cast(torch.Generator | None, loader.generator)  # torch leaves it unannotated
     if generator is not None:

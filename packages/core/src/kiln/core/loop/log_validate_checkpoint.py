@@ -22,6 +22,8 @@ from kiln.core.distributed.stop import requested_signal
 from kiln.core.errors import NonFiniteLossError, check_finite_weights, check_window_total
 from kiln.core.loop.data import micro_batch_size
 from kiln.core.loop.step import StepOutput, all_reduce_sum, as_count_tensor, window_loss_sums
+from kiln.core.loop.stream import STATE_KEY as STREAM_KEY
+from kiln.core.loop.stream import gather_stream_state, is_stream
 from kiln.core.loop.validation import validate
 from kiln.core.state import Context, RunState
 from kiln.core.telemetry.progress import Progress
@@ -149,6 +151,8 @@ class LogValidateCheckpoint:
             # a resume on another count continues, but its float sums add in another order
             "threads_per_rank": torch.get_num_threads(),
         }
+        if is_stream(ctx.train_loader):  # a stream's position is its own: every rank's
+            state[STREAM_KEY] = gather_stream_state(ctx.fabric, ctx.train_loader)
         directory = ctx.trainer.checkpoint_dir if path is None else path.parent
         if directory is None:
             raise ValueError(

@@ -29,6 +29,7 @@ from kiln.core.checkpoints.rundir import (
 from kiln.core.config import check_global_batch
 from kiln.core.loop.data import dataset_size, epoch_batcher, epoch_samples, micro_batch_size
 from kiln.core.loop.seeding import seed_rank_streams
+from kiln.core.loop.stream import is_stream, restore_stream
 from kiln.core.state import Context, RunState
 
 
@@ -73,7 +74,10 @@ def _load(ctx: Context, run: RunState, damaged: list[Path]) -> dict[str, Any] | 
             warnings.warn(f"{error}; falling back to the previous checkpoint", stacklevel=2)
             damaged.append(path)
             continue
-        _check_world_size(ctx, path, rest)
+        if is_stream(ctx.train_loader):
+            restore_stream(ctx.fabric, ctx.train_loader, rest, path)  # refuses another world
+        else:
+            _check_world_size(ctx, path, rest)
         run.load(rest)
         if rest.get("rng") is None:  # another world's streams: a fresh one per rank and step
             world = ctx.fabric.world_size

@@ -32,6 +32,7 @@ from kiln.core.loop.data import training_loader
 from kiln.core.loop.optim import unpack_optimizers
 from kiln.core.loop.precision import ExactDoublePrecision
 from kiln.core.loop.seeding import seed_rank_streams
+from kiln.core.loop.stream import check_stream, is_stream, stream_batches_per_epoch
 from kiln.core.state import Context
 from kiln.core.telemetry.compile_watch import CompileWatch
 from kiln.core.telemetry.memory import reset_peak_memory
@@ -59,10 +60,14 @@ def setup(
     fabric.seed_everything(trainer.seed)
     start_memory_mb = reset_peak_memory(fabric.device)  # the fit's own peak, not an earlier job's
 
-    train_loader = training_loader(module.train_dataloader(), fabric, trainer.seed)
+    loader = module.train_dataloader()
+    if is_stream(loader):
+        check_stream(loader, trainer)
+    train_loader = training_loader(loader, fabric, trainer.seed)
     val_loader = _val_loader(module, fabric)
-    total_steps = _total_steps(trainer, len(train_loader))
-    _say_if_every_window_is_partial(fabric, trainer, len(train_loader))
+    batches_per_epoch = stream_batches_per_epoch(train_loader)
+    total_steps = _total_steps(trainer, batches_per_epoch)
+    _say_if_every_window_is_partial(fabric, trainer, batches_per_epoch)
     # for warm-up/decay schedules, read in configure_optimizers (nn.Module types __setattr__
     # for tensors and modules only)
     module.total_steps = total_steps  # pyright: ignore[reportArgumentType]
@@ -87,7 +92,7 @@ def setup(
         scaler=getattr(fabric.strategy.precision, "scaler", None),  # set with 16-mixed only
         train_loader=train_loader,
         val_loader=val_loader,
-        batches_per_epoch=len(train_loader),
+        batches_per_epoch=batches_per_epoch,
         total_steps=total_steps,
         watch=watch,
         timer=StepTimer(fabric.device),

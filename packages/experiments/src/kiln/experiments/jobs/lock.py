@@ -24,6 +24,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 LOCK_FILE = "job.lock"
+_held: list[int] = []  # the descriptor of the lock this process holds, while it holds it
+
+
+def _close_in_child() -> None:
+    # a forked child (a DataLoader worker) shares the lock's open file: were it to keep it, a
+    # SIGKILLed job's orphaned workers would hold the lock, and its resume would be refused
+    for fd in _held:
+        os.close(fd)
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
 
 
 class JobDirBusyError(RuntimeError):
@@ -69,6 +81,9 @@ def job_dir_lock(job_dir: str | Path) -> Iterator[None]:
         info = {"host": socket.gethostname(), "pid": os.getpid(), "since": since}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
+        _held.append(fd)
         yield
     finally:
+        if fd in _held:
+            _held.remove(fd)
         os.close(fd)  # releases the lock

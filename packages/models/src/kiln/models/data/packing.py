@@ -67,12 +67,13 @@ def check_policy(policy: str) -> None:
         )
 
 
-def _placements(
-    lengths: Sequence[int], order: np.ndarray, max_length: int, policy: str
+def placements(
+    lengths: Sequence[int], order: np.ndarray, max_length: int, policy: str, column: int = 0
 ) -> list[tuple[int, int, int, int, int]]:
-    """(document, start in document, length, row, column) of every piece, row by row."""
+    """(document, start in document, length, row, column) of every piece, row by row, from
+    ``column`` of row 0 on (a stream packs each document after what the open row holds)."""
     pieces: list[tuple[int, int, int, int, int]] = []
-    row, column = 0, 0
+    row = 0
     for doc in order.tolist():
         start, left = 0, int(lengths[doc])
         while left > 0:
@@ -116,8 +117,35 @@ def pack_documents(
     if not any(lengths):
         raise ValueError(f"no document to pack: all {len(documents)} documents are empty")
     order = np.random.default_rng(seed).permutation(len(documents))
-    pieces = _placements(lengths, order, max_length, policy)
+    pieces = placements(lengths, order, max_length, policy)
     rows = pieces[-1][3] + 1
+    arrays = fill_rows(documents, pieces, rows, max_length, pad_token_id)
+    tokens = int(sum(lengths))
+    split = len({doc for doc, start, *_ in pieces if start > 0})
+    stats = PackingStats(
+        policy=policy,
+        seed=seed,
+        max_length=max_length,
+        documents=sum(1 for n in lengths if n),
+        pieces=len(pieces),
+        split_documents=split,
+        rows=rows,
+        tokens=tokens,
+        counted_tokens=tokens - len(pieces),
+        padding_fraction=1.0 - tokens / (rows * max_length),
+    )
+    return arrays, stats
+
+
+def fill_rows(
+    documents: Sequence[Sequence[int]],
+    pieces: Sequence[tuple[int, int, int, int, int]],
+    rows: int,
+    max_length: int,
+    pad_token_id: int,
+) -> dict[str, np.ndarray]:
+    """The ``PACKED_KEYS`` arrays (``rows``, ``max_length``) holding ``pieces``
+    (:func:`placements`' tuples; ``documents[doc]`` holds each piece's tokens)."""
     ids = np.full((rows, max_length), pad_token_id, dtype=np.int64)
     labels = np.full((rows, max_length), IGNORE_INDEX, dtype=np.int64)
     document_ids = np.full((rows, max_length), PAD_DOCUMENT, dtype=np.int64)
@@ -134,27 +162,12 @@ def pack_documents(
     for row in range(rows):  # the padding after a row's last piece starts at position 0
         pad = document_ids[row] == PAD_DOCUMENT
         positions[row, pad] = np.arange(int(pad.sum()))
-    tokens = int(sum(lengths))
-    split = len({doc for doc, start, *_ in pieces if start > 0})
-    stats = PackingStats(
-        policy=policy,
-        seed=seed,
-        max_length=max_length,
-        documents=sum(1 for n in lengths if n),
-        pieces=len(pieces),
-        split_documents=split,
-        rows=rows,
-        tokens=tokens,
-        counted_tokens=tokens - len(pieces),
-        padding_fraction=1.0 - tokens / (rows * max_length),
-    )
-    arrays = {
+    return {
         "input_ids": ids,
         "labels": labels,
         "position_ids": positions,
         "document_ids": document_ids,
     }
-    return arrays, stats
 
 
 def pieces_of(document_ids: torch.Tensor) -> list[tuple[int, int, int]]:

@@ -30,6 +30,7 @@ from kiln.models.data.sources import (
     num_classes,
     rows_of,
 )
+from kiln.models.data.stream_setup import check_streaming, setup_stream, stream_loader
 
 PADDINGS = ("max_length", "buckets")
 
@@ -351,10 +352,20 @@ class CausalLMData(TextData):
         packing_policy: What happens to a document at a row's end: ``carry`` (split it,
             the remainder starts the next row) or ``whole`` (pad the row and start the
             document on the next one; only documents longer than a row are split).
+        streaming: Stream the training rows from the shards ``data_files`` names (tokenized
+            and packed on the fly; ``kiln.models.data.streaming``) instead of loading them.
+        shuffle_buffer: With ``streaming``, rows each reader draws from at random.
         **kwargs: See ``TextClassificationData``; ``seed`` also seeds the packing order.
     """
 
-    def __init__(self, packing: bool = False, packing_policy: str = "carry", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        packing: bool = False,
+        packing_policy: str = "carry",
+        streaming: bool = False,
+        shuffle_buffer: int = 64,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         check_policy(packing_policy)
         if packing and self.padding != "max_length":
@@ -364,6 +375,10 @@ class CausalLMData(TextData):
             )
         self.packing = packing
         self.packing_policy = packing_policy
+        self.streaming = streaming
+        self.shuffle_buffer = shuffle_buffer
+        if streaming:
+            check_streaming(self)
         self.packing_stats: dict[str, PackingStats] = {}
         """What packing did to each set (``train``, ``validation``), once set up."""
 
@@ -385,10 +400,26 @@ class CausalLMData(TextData):
             check()
 
     def _setup(self) -> None:
+        if self.streaming:
+            setup_stream(self)
+            return
         super()._setup()
         if self.packing:
             self.train_set = self._pack(self.train_set, "train")
             self.val_set = self._pack(self.val_set, "validation")
+
+    def train_dataloader(self) -> Any:
+        """See ``DataModule.train_dataloader``; with ``streaming``, a ``StatefulDataLoader``
+        over this rank's stream."""
+        if not self.streaming:
+            return super().train_dataloader()
+        self.setup()
+        return stream_loader(self)
+
+    def val_dataloader(self) -> Any:
+        """See ``DataModule.val_dataloader``; ``None`` for a stream without validation shards."""
+        self.setup()
+        return None if self.val_set is None else super().val_dataloader()
 
     def _pack(self, documents: datasets.Dataset, split: str) -> datasets.Dataset:
         ids = documents.with_format("numpy")[:]["input_ids"]  # arrays, not lists of ints

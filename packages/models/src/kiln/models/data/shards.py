@@ -1,0 +1,131 @@
+"""Local text shards (Parquet or JSON Lines) for a stream: found, checked and read by row.
+
+Every shard is checked before training (:func:`check_shards`): a missing file, a Parquet file
+whose footer is cut off, a text column that is absent or not text, a JSON Lines file whose
+first or last line does not parse. A bad line further inside a JSON Lines shard is named, with
+its path and line, when the stream reaches it.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+PARQUET = (".parquet",)
+JSON_LINES = (".jsonl", ".json")
+SHARD_SUFFIXES = PARQUET + JSON_LINES
+
+
+class ShardError(ValueError):
+    """A shard that cannot be read as text documents (its path, and row where there is one)."""
+
+
+def shard_files(spec: str | Sequence[str]) -> list[Path]:
+    """The shard files ``spec`` names: a directory (its ``*.parquet``, ``*.jsonl`` and
+    ``*.json`` files), a glob, a file, or a list of these; sorted, each once.
+
+    Raises:
+        FileNotFoundError: A path or glob that names no shard.
+    """
+    files: list[Path] = []
+    for item in [spec] if isinstance(spec, str) else list(spec):
+        path = Path(item).expanduser()
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.suffix in SHARD_SUFFIXES)
+        else:
+            found = sorted(Path(p) for p in glob.glob(str(path)))
+        if not found:
+            raise FileNotFoundError(
+                f"shard {item!r} does not exist (no file, and no {'/'.join(SHARD_SUFFIXES)} "
+                "file in it if a directory); give a directory, a glob or files of shards"
+            )
+        files += [p for p in found if p not in files]
+    for path in files:
+        if path.suffix not in SHARD_SUFFIXES:
+            raise ShardError(
+                f"shard {path} is not a Parquet or JSON Lines file; valid suffixes: "
+                f"{', '.join(SHARD_SUFFIXES)}"
+            )
+    return files
+
+
+def check_shards(files: Sequence[Path], text_column: str) -> int:
+    """Check every shard can be read for ``text_column``; return the rows they hold.
+
+    Raises:
+        ShardError: A truncated or unreadable shard, or one without a text column.
+    """
+    return sum(_check_parquet(p, text_column) if p.suffix in PARQUET else
+               _check_json_lines(p, text_column) for p in files)  # fmt: skip
+
+
+def _check_parquet(path: Path, column: str) -> int:
+    try:
+        meta = pq.read_metadata(path)
+    except (OSError, pa.ArrowException) as error:
+        raise ShardError(
+            f"shard {path} is not a readable Parquet file (truncated or damaged: {error})"
+        ) from None
+    schema = meta.schema.to_arrow_schema()
+    if column not in schema.names:
+        raise ShardError(
+            f"shard {path} has no column {column!r} (it has {schema.names}); set "
+            "data.text_column to its text column"
+        )
+    kind = schema.field(column).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise ShardError(f"shard {path}: column {column!r} holds {kind}, not text")
+    return meta.num_rows
+
+
+def _json_lines(path: Path) -> list[tuple[int, bytes]]:
+    """(line index, line) of every non-blank line of a JSON Lines shard."""
+    with path.open("rb") as handle:
+        return [(row, line) for row, line in enumerate(handle) if line.strip()]
+
+
+def _check_json_lines(path: Path, column: str) -> int:
+    lines = _json_lines(path)
+    for row, line in lines[:1] + lines[-1:]:  # where a cut or another format shows first
+        document_text(line, path, row, column)
+    return len(lines)
+
+
+def document_text(line: bytes | str, path: Path, row: int, column: str) -> str:
+    """The text of one JSON Lines row.
+
+    Raises:
+        ShardError: The line is no JSON object with a string ``column``.
+    """
+    try:
+        record = json.loads(line)
+    except ValueError as error:
+        raise ShardError(
+            f"shard {path}, line {row + 1}: not JSON (a truncated shard?): {error}"
+        ) from None
+    text = record.get(column) if isinstance(record, dict) else None
+    if not isinstance(text, str):
+        raise ShardError(
+            f"shard {path}, line {row + 1}: no text in column {column!r} (the row has "
+            f"{sorted(record) if isinstance(record, dict) else type(record).__name__})"
+        )
+    return text
+
+
+def read_texts(path: Path, column: str) -> list[str]:
+    """Every document's text in a shard, in order (a bad JSON line fails naming it)."""
+    if path.suffix in PARQUET:
+        try:
+            texts = pq.read_table(path, columns=[column]).column(column).to_pylist()
+        except (OSError, pa.ArrowException) as error:
+            raise ShardError(f"shard {path} could not be read: {error}") from None
+        for row, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise ShardError(f"shard {path}, row {row}: column {column!r} is empty (null)")
+        return texts
+    return [document_text(line, path, row, column) for row, line in _json_lines(path)]

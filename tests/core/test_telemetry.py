@@ -38,6 +38,17 @@ def test_step_timer_tokens_only_from_counted_steps_and_absent_without_any():
     assert "tokens_per_s" not in no_tokens.summary(0)
 
 
+def test_step_timer_padding_covers_the_measured_steps_that_counted_it():
+    timer = StepTimer()
+    for padding in ((90, 100), (5, 100), None, (15, 100)):  # the first is warm-up
+        timer.count_padding(padding)
+        timer.start()
+        timer.stop(samples=4)
+    assert timer.measured_padding(warmup_steps=1) == (20, 200)
+    assert timer.measured_padding(warmup_steps=0) == (110, 300)
+    assert StepTimer().measured_padding(0) is None
+
+
 def test_recent_throughput_covers_the_last_steps():
     timer = StepTimer()
     assert timer.recent_samples_per_s(10) is None

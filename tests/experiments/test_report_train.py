@@ -234,3 +234,35 @@ def test_report_shows_flops_achieved_tflops_mfu_and_compile_cache(tmp_path):
     build_report(tmp_path, show=False)
     report = (tmp_path / "report.md").read_text()
     assert "| mfu |" in report and f"{0.412:.1%}" in report and "n/a (cpu)" in report
+
+
+def packing_run(packing: bool, tokens_per_s: float, padding: float, with_config: bool) -> dict:
+    """A causal LM run of a ``data.packing=false,true`` sweep."""
+    record = summary([f"data.packing={str(packing).lower()}"], "none", 1, 0.02, 8.0, [1.0])
+    record["telemetry"].update(tokens_per_s=tokens_per_s, padding_fraction=padding)
+    record["config"] = {"data": {"packing": packing, "max_length": 128}} if with_config else {}
+    return record
+
+
+@pytest.mark.parametrize("with_config", [True, False])
+def test_a_packing_sweep_compares_real_tokens_per_second(tmp_path, with_config):
+    records = [
+        packing_run(False, 1000.0, 0.6, with_config),
+        packing_run(True, 2400.0, 0.01, with_config),
+        packing_run(True, 2600.0, 0.01, with_config),  # a repeat: pooled by the median
+    ]
+    rows = train_rows(records)
+    ratios = sorted((r["padding_fraction"], r["tokens_vs_unpacked"]) for r in rows)
+    assert ratios == [(0.01, pytest.approx(2.5)), (0.01, pytest.approx(2.5)), (0.6, 1.0)]
+    for i, record in enumerate(records):
+        (tmp_path / str(i)).mkdir()
+        (tmp_path / str(i) / "summary.json").write_text(json.dumps(record))
+    build_report(tmp_path, show=False)
+    with (tmp_path / "train_runs.csv").open() as handle:
+        written = list(csv.DictReader(handle))
+    assert sorted(float(r["tokens_vs_unpacked"]) for r in written) == [1.0, 2.5, 2.5]
+
+
+def test_no_packing_ratio_without_an_unpacked_partner():
+    rows = train_rows([packing_run(True, 2400.0, 0.01, True), *RECORDS])
+    assert all(r["tokens_vs_unpacked"] is None for r in rows)

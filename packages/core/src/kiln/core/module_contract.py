@@ -11,7 +11,11 @@ The LightningModule defines the hooks and the Fabric loop calls them (the seed s
   (the first dimension of the first tensor in the batch); the loop checks, on the first
   window, that it agrees with what ``training_step`` reports.
 - ``items_are_tokens = True`` (optional class attribute): the items are tokens, so the
-  loop reports tokens/s from them (samples/s is always reported).
+  loop reports tokens/s from them (samples/s is always reported): the tokens the loss
+  counts, so a padded and a packed run of the same documents compare.
+- ``count_padding(batch) -> (padding positions, all positions)`` (optional): of a host
+  batch (e.g. ``(attention_mask == 0).sum()`` and ``input_ids.numel()``); the loop reports
+  ``padding_fraction`` of the measured steps from it (``kiln.core.telemetry.padding``).
 - ``count_flops = False`` (optional attribute): skip the one FLOP count on meta tensors
   (for a ``training_step`` that reads tensor values, e.g. ``.item()``, which meta tensors
   lack); the run then reports no ``flops_per_step``/MFU. Without it such a step costs one

@@ -29,7 +29,13 @@ from kiln.models.hf_float64 import compute_in_input_dtype
 from kiln.models.module import KilnModule
 from kiln.models.optim import OptimizerConfig, SchedulerConfig
 from kiln.models.registry import register_alias, register_model
-from kiln.models.tokens import count_tokens, mean_token_loss, perplexity, token_nll
+from kiln.models.tokens import (
+    count_padding,
+    count_tokens,
+    mean_token_loss,
+    perplexity,
+    token_nll,
+)
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 PACKING_ATTENTION = ("sdpa", "eager")
@@ -406,6 +412,9 @@ class HFCausalLM(HFModule):
 
     def count_items(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return count_tokens(batch["labels"][:, 1:])
+
+    def count_padding(self, batch: dict[str, torch.Tensor]) -> tuple[int, int]:
+        return count_padding(batch)  # kiln.core reports the padding fraction
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
         nll, mask = self.token_nll(batch)

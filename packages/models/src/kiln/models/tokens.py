@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from kiln.models.data.base import IGNORE_INDEX
+from kiln.models.data.packing import PAD_DOCUMENT
 from kiln.models.metrics import load_metric
 from kiln.models.module import at_least_fp32
 
@@ -34,6 +35,19 @@ def mean_token_loss(nll: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor
 def count_tokens(labels: torch.Tensor) -> torch.Tensor:
     """Counted (not -100) label tokens: ``count_items`` of a token-weighted batch."""
     return (labels != IGNORE_INDEX).sum()
+
+
+def count_padding(batch: dict[str, torch.Tensor]) -> tuple[int, int]:
+    """(padding positions, all positions) of a host batch of rows: padding is where
+    ``document_ids`` is -1 (packed rows) or ``attention_mask`` is 0 (one document a row)."""
+    ids = batch["input_ids"]
+    if "document_ids" in batch:
+        padding = int((batch["document_ids"] == PAD_DOCUMENT).sum())
+    elif "attention_mask" in batch:
+        padding = int((batch["attention_mask"] == 0).sum())
+    else:
+        padding = 0
+    return padding, ids.numel()
 
 
 def token_outputs(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:

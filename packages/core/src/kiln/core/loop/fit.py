@@ -52,6 +52,7 @@ from kiln.core.loop.step import train_step
 from kiln.core.state import Context, FitResult, RunState
 from kiln.core.telemetry.flops import flops_telemetry, peak_flops_per_s
 from kiln.core.telemetry.memory import device_peak_memory_mb, state_bytes
+from kiln.core.telemetry.padding import padding_fraction, window_padding
 from kiln.core.telemetry.records import Telemetry
 from kiln.core.telemetry.sampler import MachineSampler
 
@@ -115,7 +116,9 @@ def fit(
         with periodic.progress, listening(), periodic.closed_on_error(), _sampling(ctx, run):
             # a stop a callback or a signal requested is honoured here, at the step boundary
             while run.global_step < ctx.total_steps and run.stop_reason is None:
-                out = train_step(ctx, run, next(windows), extras)
+                window = next(windows)
+                ctx.timer.count_padding(window_padding(ctx.module, window))  # host batches
+                out = train_step(ctx, run, window, extras)
                 extras = LATER_STEPS
                 signum = poll() if run.global_step < ctx.total_steps else 0
                 periodic.after_step(out, interrupted=bool(signum))
@@ -175,6 +178,7 @@ def finish(ctx: Context, run: RunState) -> FitResult:
     telemetry: Telemetry = {
         **ctx.watch.snapshot(),
         **timing,
+        **padding_fraction(fabric, ctx.timer.measured_padding(trainer.warmup_steps)),
         # the measured steps' own times: what a report bootstraps a speedup's interval from
         "step_times_s": ctx.timer.measured_times(trainer.warmup_steps),
         **flops_telemetry(

@@ -56,7 +56,16 @@ class StepTimes(_StepTimes, total=False):
     """``StepTimer.summary``: the steady steps' times (``None`` before the first step)."""
 
     tokens_per_s: float | None
-    """Only where a measured step counted tokens."""
+    """Only where a measured step counted tokens: the tokens the loss counts (the module's
+    ``num_items`` when ``items_are_tokens``), never padding."""
+
+
+class PaddingFigures(TypedDict, total=False):
+    """``padding_fraction``: only where the module counts its padding (``count_padding``)."""
+
+    padding_fraction: float | None
+    """The share of the measured steps' positions (all micro-batches, all ranks) that held
+    padding."""
 
 
 class FlopFigures(TypedDict, total=False):
@@ -75,10 +84,10 @@ class StateBytes(TypedDict, total=False):
     optimizer_state_bytes: int
 
 
-class Telemetry(CompileFigures, StepTimes, FlopFigures, StateBytes, total=False):
+class Telemetry(CompileFigures, StepTimes, PaddingFigures, FlopFigures, StateBytes, total=False):
     """``FitResult.telemetry``: one fit's figures (and a ``summary.json``'s ``telemetry``).
 
-    A fit fills every key but ``tokens_per_s`` and ``precision_audit``.
+    A fit fills every key but ``tokens_per_s``, ``padding_fraction`` and ``precision_audit``.
     """
 
     step_times_s: list[float]

@@ -18,6 +18,9 @@ import torch
 
 from kiln.core.telemetry.records import StepTimes
 
+Padding = tuple[int, int]
+"""(padding positions, all positions) of a step's micro-batches."""
+
 MAX_STEP_TIMES = 1000
 """At most this many step times go into a run's telemetry (``step_times_s``)."""
 
@@ -40,11 +43,14 @@ class StepTimer:
     def __init__(self, device: torch.device | str | None = None) -> None:
         self._cuda = device is not None and torch.device(device).type == "cuda"
         self._started: float | torch.cuda.Event | None = None
-        # stopped steps not read yet: (seconds or a (start, end) event pair, samples, tokens)
-        self._stopped: list[tuple[Any, int, int | torch.Tensor | None]] = []
+        # stopped steps not read yet: (seconds or a (start, end) event pair, samples, tokens,
+        # padding)
+        self._stopped: list[tuple[Any, int, int | torch.Tensor | None, Padding | None]] = []
+        self._padding_next: Padding | None = None
         self._seconds: list[float] = []
         self._samples: list[int] = []
         self._tokens: list[float] = []  # NaN where a step's tokens were not counted
+        self._padding: list[Padding | None] = []
         # running totals make recent throughput O(1) however long the run
         self._cum_seconds: list[float] = [0.0]
         self._cum_samples: list[int] = [0]
@@ -57,6 +63,11 @@ class StepTimer:
         else:
             self._started = time.perf_counter()
 
+    def count_padding(self, padding: Padding | None) -> None:
+        """The padding of the step about to run: (padding positions, all positions) of this
+        rank's micro-batches, or ``None`` if not counted. :meth:`stop` records it."""
+        self._padding_next = padding
+
     def stop(self, samples: int, tokens: int | torch.Tensor | None = None) -> None:
         """Stop timing the step :meth:`start` began; it is recorded at the next :meth:`sync`.
 
@@ -68,44 +79,54 @@ class StepTimer:
         started, self._started = self._started, None
         if started is None:
             raise RuntimeError("StepTimer.stop called without a StepTimer.start before it")
+        padding, self._padding_next = self._padding_next, None
         if isinstance(started, float):
-            self._stopped.append((time.perf_counter() - started, samples, tokens))
+            self._stopped.append((time.perf_counter() - started, samples, tokens, padding))
             return
         end = torch.cuda.Event(enable_timing=True)
         end.record()
-        self._stopped.append(((started, end), samples, tokens))
+        self._stopped.append(((started, end), samples, tokens, padding))
 
     def sync(self) -> None:
         """Read the stopped steps' times and token counts and record them (a host sync)."""
         stopped, self._stopped = self._stopped, []
-        counts = [t for _, _, t in stopped if isinstance(t, torch.Tensor)]
+        counts = [t for _, _, t, _ in stopped if isinstance(t, torch.Tensor)]
         # one device-to-host copy for all tensor token counts (tolist() is typed a bare list)
         host = cast(list[float], torch.stack(counts).tolist()) if counts else []  # pyright: ignore[reportUnknownMemberType]
         read = iter(host)
-        for timing, samples, tokens in stopped:
+        for timing, samples, tokens, padding in stopped:
             if not isinstance(timing, float):
                 start, end = timing
                 end.synchronize()
                 timing = start.elapsed_time(end) / 1000.0  # milliseconds
             count = next(read) if isinstance(tokens, torch.Tensor) else tokens
-            self.record(timing, samples, None if count is None else int(count))
+            self.record(timing, samples, None if count is None else int(count), padding)
 
     def __len__(self) -> int:
         return len(self._seconds)
 
-    def record(self, seconds: float, samples: int, tokens: int | None = None) -> None:
+    def record(
+        self,
+        seconds: float,
+        samples: int,
+        tokens: int | None = None,
+        padding: Padding | None = None,
+    ) -> None:
         """Add one optimizer step.
 
         Args:
             seconds: Its wall time.
             samples: Samples it trained on (all micro-batches, all ranks).
             tokens: Tokens it trained on, or ``None`` if not counted for this step.
+            padding: (padding positions, all positions) of this rank's micro-batches, or
+                ``None`` if not counted for this step.
         """
         if seconds < 0:
             raise ValueError(f"seconds={seconds} is not valid; a step time must be >= 0")
         self._seconds.append(float(seconds))
         self._samples.append(int(samples))
         self._tokens.append(math.nan if tokens is None else float(tokens))
+        self._padding.append(padding)
         self._cum_seconds.append(self._cum_seconds[-1] + float(seconds))
         self._cum_samples.append(self._cum_samples[-1] + int(samples))
 
@@ -160,6 +181,16 @@ class StepTimer:
                 float(tokens[counted].sum()) / token_time if token_time > 0 else None
             )
         return result
+
+    def measured_padding(self, warmup_steps: int) -> Padding | None:
+        """(padding positions, all positions) summed over the steps :meth:`summary` measures
+        that counted them, on this rank; ``None`` if none did."""
+        self.sync()
+        first = warmup_steps if len(self._seconds) > warmup_steps else 0
+        counted = [p for p in self._padding[first:] if p is not None]
+        if not counted:
+            return None
+        return sum(p for p, _ in counted), sum(n for _, n in counted)
 
     def measured_times(self, warmup_steps: int, limit: int = MAX_STEP_TIMES) -> list[float]:
         """The step times :meth:`summary` measures (after warm-up), for a bootstrap interval.

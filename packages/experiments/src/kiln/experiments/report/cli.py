@@ -77,6 +77,8 @@ _TRAIN_LAST = [
     "measured_steps",
     "samples_per_s",
     "tokens_per_s",
+    "padding_fraction",
+    "tokens_vs_unpacked",
     "flops_per_step",
     "achieved_tflops_per_s",
     "mfu",

@@ -13,6 +13,10 @@ Besides each run's final metrics and telemetry it derives
   being the same), ``memory_vs_ddp`` (what the fit added to memory, peak minus start, over
   the base run's) and ``state_vs_ddp`` (per-rank parameter + gradient + optimizer-state
   bytes over the base run's: exact counts, about 1/R under FSDP on R ranks).
+- ``tokens_vs_unpacked``: ``tokens_per_s`` (the tokens the loss counts, never padding) over
+  that of the run with ``data.packing=false`` and otherwise the same resolved config
+  (``-m data.packing=false,true``); ``padding_fraction`` says how much of each run's
+  measured rows was padding.
 
 Each ratio also gets a ``*_verdict``: ``confounded: <reason>`` when the two runs' machines,
 calibrations or loads differ (:mod:`kiln.experiments.report.comparable`), ``unverified: no
@@ -45,7 +49,7 @@ from kiln.experiments.jobs.console import fmt
 from kiln.experiments.jobs.mfu import mfu_fields, mfu_text
 from kiln.experiments.jobs.train_record import TrainRecord
 from kiln.experiments.report.comparable import TRUST_RULE, impossible, verdict
-from kiln.experiments.report.pairing import pair_key, why_unpaired
+from kiln.experiments.report.pairing import computed_config, pair_key, why_unpaired
 from kiln.experiments.report.rows import RATIOS, SCALING, SPEEDUP, STRATEGY, Ratio, RatioColumns
 from kiln.experiments.settings.job_info import identity_overrides
 
@@ -63,6 +67,7 @@ NOISE_RULE = (
 _COMPILE_KEYS = ("compile",)
 _DEVICE_KEYS = ("devices", "trainer.devices", "trainer.num_nodes", "trainer.strategy")
 _STRATEGY_KEYS = ("trainer.strategy", "trainer.activation_checkpointing", "trainer.fsdp")
+_PACKING_KEYS = ("data.packing", "data.packing_policy")
 # what identifies a run in a record with neither a resolved config nor overrides
 _FIELDS = ("model", "precision", "compile_mode", "devices", "accumulate_grad_batches")
 _COMPILE_FIELDS = tuple(f for f in _FIELDS if f != "compile_mode")
@@ -134,6 +139,8 @@ def _row(record: dict[str, Any]) -> dict[str, Any]:
             "step_time_iqr_ms": iqr * 1e3 if isinstance(iqr, int | float) else None,
             "samples_per_s": tel.get("samples_per_s"),
             "tokens_per_s": tel.get("tokens_per_s"),
+            "padding_fraction": tel.get("padding_fraction"),
+            "tokens_vs_unpacked": None,
             **mfu_fields(rec),
             "compile_time_s": tel.get("compile_time_s"),
             "compile_cache": tel.get("compile_cache"),
@@ -163,6 +170,7 @@ def train_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by_compile = [pair_key(rec, _COMPILE_KEYS, _COMPILE_FIELDS) for rec in records]
     by_devices = [pair_key(rec, _DEVICE_KEYS, _DEVICE_FIELDS) for rec in records]
     _against_ddp(runs, [pair_key(rec, _STRATEGY_KEYS, _STRATEGY_FIELDS) for rec in records], same)
+    _against_unpacked(runs, [pair_key(rec, _PACKING_KEYS, _FIELDS) for rec in records], same)
     for i, (rec, row) in enumerate(runs):
         own = [
             runs[j] for j in range(len(runs)) if same[j] == same[i] and runs[j][1]["step_time_ms"]
@@ -245,6 +253,29 @@ def _against_ddp(
                 [r["step_time_ms"] for _, r in own]
             )
             _ratio(row, STRATEGY, base, own, figure)
+
+
+def _packed(record: dict[str, Any]) -> bool:
+    """Whether the run packed its rows (``data.packing``: resolved config, else overrides)."""
+    flat = computed_config(record)
+    if flat is not None:
+        return bool(flat.get("data.packing"))
+    return "data.packing=true" in [str(o).lower() for o in record.get("overrides") or []]
+
+
+def _against_unpacked(
+    runs: list[tuple[dict[str, Any], dict[str, Any]]], keys: list[tuple], same: list[tuple]
+) -> None:
+    """``tokens_vs_unpacked`` of every run that has a ``data.packing=false`` run with the same
+    config otherwise (the base: 1.0); repeats are pooled by their median."""
+    for i, (_, row) in enumerate(runs):
+        group = [runs[j] for j in range(len(runs)) if keys[j] == keys[i]]
+        base = [r["tokens_per_s"] for rec, r in group if not _packed(rec)]
+        own = [runs[j][1]["tokens_per_s"] for j in range(len(runs)) if same[j] == same[i]]
+        if not base or len(base) == len(group) or not row["tokens_per_s"]:
+            continue  # no unpacked run, nothing packed, or no tokens counted
+        if all(isinstance(v, int | float) and v > 0 for v in base + own):
+            row["tokens_vs_unpacked"] = _median(own) / _median(base)
 
 
 def _median(values: list[float]) -> float:

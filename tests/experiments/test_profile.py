@@ -34,9 +34,26 @@ def test_kiln_train_profile_steps_keeps_a_trace_and_a_breakdown_and_logs_them(tm
     assert any(r["type"] == "artifact" for r in read_records(job))
 
 
-def test_profiling_is_off_by_default(tmp_path):
+def test_profiling_is_off_by_default(tmp_path, monkeypatch):
+    from kiln.core.callbacks import StepProfiler
+
+    made: list[str] = []
+
+    def counted(cls):
+        init = cls.__init__
+
+        def __init__(self, *args, **kwargs):
+            made.append(cls.__qualname__)
+            init(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "__init__", __init__)
+
+    # torch.profiler.profile builds an autograd profiler underneath: either route counts
+    for cls in (StepProfiler, torch.profiler.profile, torch.autograd.profiler.profile):
+        counted(cls)
     proc = run_train([*FAST, "logger=csv"], tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert made == []  # profiling off costs nothing: no profiler exists to cost it
     (job,) = job_dirs(tmp_path)
     assert "profile" not in json.loads((job / "summary.json").read_text())
     assert not (job / "profile").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from toy import ToyTokenModule
 from trainers import trainer_config
 
@@ -52,3 +53,41 @@ def test_a_run_too_short_for_the_profile_says_so(tmp_path, caplog):
 def test_bad_profile_steps_are_named():
     with pytest.raises(ValueError, match="active=0"):
         ProfileConfig("x", active=0)
+
+
+class _FailAt:
+    """A callback that fails the run as step ``step`` ends."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_loop_start(self, fit) -> None:
+        self.fit = fit
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        if self.fit.global_step == self.step:
+            raise RuntimeError(f"failed at step {self.step}")
+
+
+@pytest.mark.parametrize(
+    ("fail_at", "kept"),
+    [(4, False), (9, True)],  # inside the active steps 3-5; after the profile was written
+    ids=["mid-profile", "after-profile"],
+)
+def test_a_run_that_fails_stops_its_profiler(tmp_path, caplog, fail_at, kept):
+    config = ProfileConfig(str(tmp_path / "failed"), wait=1, warmup=1, active=3)
+    profiler = StepProfiler(config)
+    with pytest.raises(RuntimeError, match=f"failed at step {fail_at}"):
+        fit(
+            ToyTokenModule(n=64, batch_size=4),
+            trainer_config(max_steps=12),
+            callbacks=[profiler, _FailAt(fail_at)],
+        )
+    assert not torch.autograd.profiler._is_profiler_enabled  # stopped with the run
+    assert (tmp_path / "failed" / "trace.json").exists() is kept
+    assert (profiler.result is not None) is kept
+    assert ("before the profile of steps 3-5 was whole" in caplog.text) is not kept
+    # the next run in this process profiles as if nothing happened
+    after = StepProfiler(ProfileConfig(str(tmp_path / "next"), wait=1, warmup=1, active=2))
+    fit(ToyTokenModule(n=64, batch_size=4), trainer_config(max_steps=6), callbacks=[after])
+    assert after.result is not None and after.result["breakdown"]["steps"] == 2

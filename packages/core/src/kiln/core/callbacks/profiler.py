@@ -9,6 +9,9 @@ Perfetto trace (``trace.json``; open it at ui.perfetto.dev or chrome://tracing) 
 :class:`~kiln.core.telemetry.profile.StepBreakdown`. On CUDA it also records the allocator's
 history over the same steps into ``memory_snapshot.pickle`` (PyTorch's memory viewer,
 pytorch.org/memory_viz). Only global rank 0 profiles.
+
+When the run fails (``on_exception``) the profiler stops there: a profile finished before
+the failure stays written, one the failure cut short is discarded (no partial trace).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class StepProfiler:
         self._profiler: torch.profiler.profile | None = None
         self._cuda = False
         self._steps = 0
+        self._discard = False
 
     @property
     def steps_needed(self) -> int:
@@ -76,11 +80,28 @@ class StepProfiler:
     def on_fit_end(self) -> None:
         self._stop()
 
+    def on_exception(self, error: BaseException) -> None:
+        if self._profiler is None:
+            return
+        if self.result is None:
+            log.warning(
+                "profile: the run failed after %d steps (%s), before the profile of steps "
+                "%d-%d was whole; no trace written",
+                self._steps,
+                type(error).__name__,
+                self.config.wait + self.config.warmup + 1,
+                self.config.wait + self.config.warmup + self.config.active,
+            )
+        self._discard = True
+        self._stop()
+
     def _stop(self) -> None:
         profiler, self._profiler = self._profiler, None
         if profiler is not None:
             profiler.stop()
-        if self.result is None and profiler is not None:
+        if self._cuda and self.config.memory_snapshot and self.result is None:
+            record_memory_history(False)  # the snapshot's recording ends with the profile
+        if self.result is None and profiler is not None and not self._discard:
             log.warning(
                 "profile: the run ended after %d steps, before the %d the profile needs "
                 "(wait %d + warmup %d + active %d + 1); no trace written",
@@ -92,6 +113,8 @@ class StepProfiler:
             )
 
     def _ready(self, profiler: torch.profiler.profile) -> None:
+        if self._discard:  # stopped by a failure mid-profile: the steps are not whole
+            return
         self.result = {
             **write_profile(profiler, self.directory),
             "steps": [

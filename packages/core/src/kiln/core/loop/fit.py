@@ -112,7 +112,13 @@ def fit(
         ctx.model.train()
         poll = StopPoll(ctx.fabric)
         extras: StepExtras = FirstStep(ctx, run)  # then LATER_STEPS
-        with periodic.progress, listening(), periodic.closed_on_error(), _sampling(ctx, run):
+        with (
+            _callbacks_told_of_errors(ctx.fabric),
+            periodic.progress,
+            listening(),
+            periodic.closed_on_error(),
+            _sampling(ctx, run),
+        ):
             # a stop a callback or a signal requested is honoured here, at the step boundary
             while run.global_step < ctx.total_steps and run.stop_reason is None:
                 out = train_step(ctx, run, next(windows), extras)
@@ -236,6 +242,18 @@ def _sampling(ctx: Context, run: RunState) -> Generator[None, None, None]:
     ctx.sampler = MachineSampler(lambda: run.global_step, interval, gpu)
     with ctx.sampler:
         yield
+
+
+@contextmanager
+def _callbacks_told_of_errors(fabric: L.Fabric) -> Generator[None, None, None]:
+    """``on_exception(error)`` on the module and callbacks when an error (Ctrl-C included)
+    leaves the loop, as Lightning's Trainer does: what they started (a profiler, a thread)
+    ends there instead of outliving the run."""
+    try:
+        yield
+    except BaseException as error:
+        fabric.call("on_exception", error)
+        raise
 
 
 @contextmanager

@@ -2,8 +2,11 @@
 
 The profiler waits ``wait`` steps (compiles, caches, the first step's one-off work), warms
 up ``warmup`` steps (recorded, then dropped, as the profiler's own start-up skews them) and
-records ``active`` steps. A step runs from one ``on_before_optimizer_step`` to the next:
-one optimizer step and one window's data, forwards and backwards. It writes the Chrome /
+records ``active`` steps. A profiled step runs from one ``on_step_end`` to the next: the
+previous step's logging, validation or checkpoint (when due), the next window's data, its
+forwards and backwards and its optimizer step. Its boundaries lie outside the loop's step
+timer, so the profiler's own start and stop (collecting and writing the trace: seconds)
+never land in a timed step. It writes the Chrome /
 Perfetto trace (``trace.json``; open it at ui.perfetto.dev or chrome://tracing) into
 ``directory`` and keeps :attr:`StepProfiler.result`: the trace's path and the
 :class:`~kiln.core.telemetry.profile.StepBreakdown`. On CUDA it also records the allocator's
@@ -47,7 +50,7 @@ class StepProfiler:
     @property
     def steps_needed(self) -> int:
         """Optimizer steps a run needs for a whole profile."""
-        return self.config.wait + self.config.warmup + self.config.active + 1
+        return self.config.wait + self.config.warmup + self.config.active
 
     def on_loop_start(self, fit: FitHandle) -> None:
         if not fit.fabric.is_global_zero:
@@ -69,7 +72,7 @@ class StepProfiler:
         )
         self._profiler.start()
 
-    def on_before_optimizer_step(self, optimizer: Any) -> None:
+    def on_step_end(self, step: int) -> None:
         if self._profiler is None:
             return
         if self._steps == self.config.wait and self._cuda and self.config.memory_snapshot:
@@ -104,7 +107,7 @@ class StepProfiler:
         if self.result is None and profiler is not None and not self._discard:
             log.warning(
                 "profile: the run ended after %d steps, before the %d the profile needs "
-                "(wait %d + warmup %d + active %d + 1); no trace written",
+                "(wait %d + warmup %d + active %d); no trace written",
                 self._steps,
                 self.steps_needed,
                 self.config.wait,

@@ -93,3 +93,13 @@ def test_a_run_that_fails_stops_its_profiler(tmp_path, caplog, fail_at, kept):
     after = StepProfiler(ProfileConfig(str(tmp_path / "next"), wait=1, warmup=1, active=2))
     fit(ToyTokenModule(n=64, batch_size=4), trainer_config(max_steps=6), callbacks=[after])
     assert after.result is not None and after.result["breakdown"]["steps"] == 2
+
+
+def test_a_callback_failing_in_on_exception_leaves_the_runs_own_error(caplog):
+    class Broken:
+        def on_exception(self, error):
+            raise ValueError("broken callback")
+
+    with pytest.raises(RuntimeError, match="failed at step 2"):
+        fit(ToyTokenModule(), trainer_config(max_steps=4), callbacks=[_FailAt(2), Broken()])
+    assert "a callback's on_exception failed" in caplog.text

@@ -19,6 +19,7 @@ period), then ``finish`` (below).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -56,6 +57,8 @@ from kiln.core.telemetry.memory import device_peak_memory_mb, state_bytes
 from kiln.core.telemetry.profile import BETWEEN_STEPS
 from kiln.core.telemetry.records import Telemetry
 from kiln.core.telemetry.sampler import MachineSampler
+
+log = logging.getLogger(__name__)
 
 # the exceptions and the result are importable beside fit, the function that raises them
 __all__ = ["EmptyWindowError", "FitResult", "NonFiniteGradientError", "NonFiniteLossError", "fit"]
@@ -268,7 +271,10 @@ def _callbacks_told_of_errors(fabric: L.Fabric) -> Generator[None, None, None]:
     try:
         yield
     except BaseException as error:
-        fabric.call("on_exception", error)
+        try:
+            fabric.call("on_exception", error)
+        except Exception:  # the run's own error is the news, not a callback's about it
+            log.exception("a callback's on_exception failed")
         raise
 
 

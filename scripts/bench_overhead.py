@@ -1,20 +1,23 @@
 """How much slower is kiln's loop than a hand-written PyTorch loop? (CPU, fp32, eager)
 
-Trains the same MLP on the same data from the same initial weights three ways: a plain
+Trains the same MLP on the same data from the same initial weights four ways: a plain
 PyTorch loop (forward, backward, optimizer step), a naive Fabric loop (``fabric.setup``,
-``fabric.backward``, step: the seed's loop without accumulation) and ``kiln.core.fit``;
-no accumulation and no shuffling, interleaved (plain fabric kiln plain fabric kiln ...) so
-machine noise hits all alike. Step time is measured the same way in each: the time between
-the starts of consecutive ``training_step`` calls (the whole loop iteration: data, forward,
-backward, optimizer, bookkeeping), warm-up steps excluded, median per run, then median over
-runs. Peak memory is measured in a fresh process per variant: RSS sampled every
-millisecond during a run, after a short run that loads everything lazily imported. The
-final weights of all three must be bit-identical.
+``fabric.backward``, step: the seed's loop without accumulation), ``kiln.core.fit`` with
+the machine sampler at ``--machine-sample-s`` and ``kiln.core.fit`` with it off; no
+accumulation and no shuffling, interleaved (plain fabric kiln kiln-unsampled plain ...) so
+machine noise hits all alike; kiln/kiln-unsampled is what the sampler costs. Step time is
+measured the same way in each: the time between the starts of consecutive
+``training_step`` calls (the whole loop iteration: data, forward, backward, optimizer,
+bookkeeping), warm-up steps excluded, median per run, then median over runs. Peak memory is
+measured in a fresh process per variant: RSS sampled every millisecond during a run, after a
+short run that loads everything lazily imported. The final weights of all four must be
+bit-identical.
 
     uv run --all-packages python scripts/bench_overhead.py [--steps 60 --repeats 5 --clock cpu]
         [--machine-sample-s 1.0|none]
 
-The last line is ``overhead_ratio=<kiln/plain> identical=<true|false> vs_fabric=<kiln/fabric>``.
+The last line is ``overhead_ratio=<kiln/plain> identical=<true|false> vs_fabric=<kiln/fabric>
+sampler_ratio=<kiln/kiln-unsampled>``.
 """
 
 from __future__ import annotations
@@ -153,7 +156,8 @@ def train_fabric(cfg: BenchConfig) -> MLPModule:
 
 
 def train_kiln(cfg: BenchConfig) -> MLPModule:
-    """The same training through ``kiln.core.fit`` with its defaults (no progress output)."""
+    """The same training through ``kiln.core.fit`` with its defaults (no progress output)
+    and the machine sampled every ``cfg.machine_sample_s`` seconds."""
     module = MLPModule(cfg)
     trainer = TrainerConfig(
         max_steps=cfg.steps,
@@ -169,7 +173,17 @@ def train_kiln(cfg: BenchConfig) -> MLPModule:
     return module
 
 
-VARIANTS = {"plain": train_plain, "fabric": train_fabric, "kiln": train_kiln}
+def train_kiln_unsampled(cfg: BenchConfig) -> MLPModule:
+    """``train_kiln`` with the machine sampler off."""
+    return train_kiln(BenchConfig(**{**asdict(cfg), "machine_sample_s": None}))
+
+
+VARIANTS = {
+    "plain": train_plain,
+    "fabric": train_fabric,
+    "kiln": train_kiln,
+    "kiln-unsampled": train_kiln_unsampled,
+}
 
 
 def step_time(module: MLPModule, warmup: int) -> float:
@@ -201,7 +215,8 @@ def compare(cfg: BenchConfig, repeats: int) -> dict:
         ``ratio_ci``/``vs_fabric_ci`` (bootstrap 95% intervals of those medians),
         ``overhead_s`` (median of the per-round differences kiln - plain), ``vs_fabric``
         (median of kiln/fabric), ``fabric_ratio`` (fabric/plain), ``fabric_overhead_s``
-        (fabric - plain), the per-run figures, and ``identical`` (every run of every variant
+        (fabric - plain), ``sampler_ratio`` (median of kiln/kiln-unsampled) with
+        ``sampler_ratio_ci``, the per-run figures, and ``identical`` (every run of every variant
         ended with bit-identical weights).
     """
     times: dict[str, list[float]] = {name: [] for name in VARIANTS}
@@ -221,6 +236,7 @@ def compare(cfg: BenchConfig, repeats: int) -> dict:
     ratios, diffs = _paired(times, "kiln", "plain")
     vs_fabric, _ = _paired(times, "kiln", "fabric")
     fabric_ratios, fabric_diffs = _paired(times, "fabric", "plain")
+    sampler, _ = _paired(times, "kiln", "kiln-unsampled")
     result = {
         "ratio": statistics.median(ratios),
         "overhead_s": statistics.median(diffs),
@@ -231,6 +247,8 @@ def compare(cfg: BenchConfig, repeats: int) -> dict:
         "vs_fabric_ci": bootstrap_median_interval(vs_fabric),
         "fabric_ratio": statistics.median(fabric_ratios),
         "fabric_overhead_s": statistics.median(fabric_diffs),
+        "sampler_ratio": statistics.median(sampler),
+        "sampler_ratio_ci": bootstrap_median_interval(sampler),
         "identical": identical,
     }
     for name in VARIANTS:
@@ -329,7 +347,7 @@ def main() -> None:
     for name in VARIANTS:
         runs = ", ".join(f"{t * 1e3:.2f}" for t in result[f"{name}_runs_s"])
         print(
-            f"{name:>6}: median step {result[f'{name}_step_s'] * 1e3:.3f} ms (runs: {runs}); "
+            f"{name:>14}: median step {result[f'{name}_step_s'] * 1e3:.3f} ms (runs: {runs}); "
             f"whole run {result[f'{name}_wall_s']:.3f} s; peak RSS "
             f"{memory[name]['peak_rss_mb']:.1f} MiB "
             f"(+{memory[name]['training_mb']:.1f} during training)"
@@ -347,10 +365,15 @@ def main() -> None:
     )
     low, high = result["vs_fabric_ci"]
     print(f"kiln/fabric step time: {result['vs_fabric']:.4f} (95% CI {low:.4f}-{high:.4f})")
+    low, high = result["sampler_ratio_ci"]
+    print(
+        f"kiln/kiln-unsampled step time (sampler every {cfg.machine_sample_s} s vs off): "
+        f"{result['sampler_ratio']:.4f} (95% CI {low:.4f}-{high:.4f})"
+    )
     print(f"final weights bit-identical: {result['identical']}")
     print(
         f"overhead_ratio={result['ratio']:.4f} identical={str(result['identical']).lower()} "
-        f"vs_fabric={result['vs_fabric']:.4f}"
+        f"vs_fabric={result['vs_fabric']:.4f} sampler_ratio={result['sampler_ratio']:.4f}"
     )
 
 

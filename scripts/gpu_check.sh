@@ -110,29 +110,14 @@ if (( GPUS >= 2 )); then
 else
     echo "gpu_check: FSDP row skipped: $GPUS CUDA device(s), FSDP needs 2 (one process each)"
 fi
-# Profiles on CUDA: one eager and one compiled kiln-train job (profile=steps), then a check
-# of what only CUDA gives: kernels per step, the kernels' time by category, the memory
-# snapshot; kiln-report of that sweep prints the two breakdowns side by side.
+# Profiles on CUDA: one eager and one compiled kiln-train job (profile=steps), the machine
+# sampled every 0.2 s, then a check of what only CUDA gives (scripts/check_gpu_profiles.py):
+# kernels per step, the kernels' time by category, the memory snapshot, the SM-clock series
+# and its throttle reasons; kiln-report of that sweep prints the two breakdowns side by side.
 timeout 240 "$PY" -m kiln.experiments.train -m debug=fast trainer=gpu precision=bf16-mixed \
-    compile=none,default trainer.max_steps=12 profile=steps logger=csv \
-    "hydra.sweep.dir=$OUT/profile" || status=$?
-"$PY" - "$OUT/profile" <<'PYEOF' || status=$?
-import json, pathlib, sys
-rows = []
-for summary in sorted(pathlib.Path(sys.argv[1]).glob("*/summary.json")):
-    record = json.loads(summary.read_text())
-    profile = record.get("profile") or {}
-    b = profile.get("breakdown") or {}
-    snapshot = profile.get("memory_snapshot")
-    rows.append((record.get("compile_mode"), b.get("step_ms"), b.get("kernels_per_step"),
-                 sum((b.get("device_ms") or {}).values()),
-                 bool(snapshot and pathlib.Path(snapshot).stat().st_size)))
-print("profile: compile | step ms | kernels/step | kernel ms/step | memory snapshot")
-for row in rows:
-    print("profile:", " | ".join(str(x) for x in row))
-ok = len(rows) == 2 and all(r[2] and r[3] and r[4] for r in rows)
-sys.exit(0 if ok else 1)
-PYEOF
+    compile=none,default trainer.max_steps=12 trainer.machine_sample_s=0.2 profile=steps \
+    logger=csv "hydra.sweep.dir=$OUT/profile" || status=$?
+"$PY" scripts/check_gpu_profiles.py "$OUT/profile" --jobs 2 || status=$?
 "${REPORT[@]}" "$OUT/profile" || status=$?
 "${REPORT[@]}" "$OUT" || status=$?
 [[ "$PART" == all ]] && suites

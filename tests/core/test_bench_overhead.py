@@ -28,6 +28,9 @@ def test_kiln_and_plain_loops_end_with_bit_identical_weights(bench):
     # one round: each ratio is the quotient of that round's step times
     assert result["ratio"] == pytest.approx(result["kiln_step_s"] / result["plain_step_s"])
     assert result["vs_fabric"] == pytest.approx(result["kiln_step_s"] / result["fabric_step_s"])
+    assert result["sampler_ratio"] == pytest.approx(
+        result["kiln_step_s"] / result["kiln-unsampled_step_s"]
+    )
 
 
 def test_weights_differ_when_the_training_differs(bench):
@@ -35,5 +38,6 @@ def test_weights_differ_when_the_training_differs(bench):
     plain = bench.train_plain(cfg)
     assert bench.same_weights(plain, bench.train_kiln(cfg))
     assert bench.same_weights(plain, bench.train_fabric(cfg))
+    assert bench.same_weights(plain, bench.train_kiln_unsampled(cfg))
     other = bench.train_plain(bench.BenchConfig(**{**vars(cfg), "lr": 0.01}))
     assert not bench.same_weights(plain, other)

@@ -34,9 +34,26 @@ def test_kiln_train_profile_steps_keeps_a_trace_and_a_breakdown_and_logs_them(tm
     assert any(r["type"] == "artifact" for r in read_records(job))
 
 
-def test_profiling_is_off_by_default(tmp_path):
+def test_profiling_is_off_by_default(tmp_path, monkeypatch):
+    from kiln.core.callbacks import StepProfiler
+
+    made: list[str] = []
+
+    def counted(cls):
+        init = cls.__init__
+
+        def __init__(self, *args, **kwargs):
+            made.append(cls.__qualname__)
+            init(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "__init__", __init__)
+
+    # torch.profiler.profile builds an autograd profiler underneath: either route counts
+    for cls in (StepProfiler, torch.profiler.profile, torch.autograd.profiler.profile):
+        counted(cls)
     proc = run_train([*FAST, "logger=csv"], tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert made == []  # profiling off costs nothing: no profiler exists to cost it
     (job,) = job_dirs(tmp_path)
     assert "profile" not in json.loads((job / "summary.json").read_text())
     assert not (job / "profile").exists()
@@ -136,3 +153,48 @@ def test_kiln_bench_profiles_its_eager_and_compiled_phases_one_trace_each(tmp_pa
     record = {"model": "mlp", "compile_mode": "default", **result}
     (pair,) = bench_profile_pairs([record])
     assert compact_line(pair).startswith("compile=none -> compile=default (mlp)")
+
+
+def _profiled_against_the_step_timer(job) -> tuple[float, float]:
+    """The profile's mean step (its categories' sum) and the loop's own step timer's mean
+    over the same optimizer steps (``step_times_s`` starts after ``trainer.warmup_steps``)."""
+    record = json.loads((job / "summary.json").read_text())
+    breakdown = record["profile"]["breakdown"]
+    first, last = record["profile"]["steps"]
+    warmup = record["config"]["trainer"]["warmup_steps"]
+    timed = record["telemetry"]["step_times_s"][first - 1 - warmup : last - warmup]
+    assert len(timed) == last - first + 1 == breakdown["steps"]
+    return sum(breakdown["host_ms"].values()), 1e3 * sum(timed) / len(timed)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["trainer.max_steps=8"], id="default-job", marks=pytest.mark.slow),
+        pytest.param(
+            ["debug=fast", "trainer.max_steps=10", "compile=default", "compile.backend=aot_eager"],
+            id="fast-compiled",
+        ),
+    ],
+)
+def test_a_profiles_categories_add_up_to_the_loops_step_time(tmp_path, args):
+    proc = run_train([*args, "profile=steps", "logger=wandb"], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (job,) = job_dirs(tmp_path)
+    categories, timed = _profiled_against_the_step_timer(job)
+    assert categories == pytest.approx(timed, rel=0.10)
+    # the loop's work outside its timer (the next window's data, logging) is kept apart
+    profile = json.loads((job / "summary.json").read_text())["profile"]
+    assert profile["breakdown"]["between_steps_ms"]["data and host-to-device copies"] > 0
+    # the trace Perfetto opens: the profiled steps, aten ops and the optimizer under them
+    events = json.loads((job / "profile" / "trace.json").read_text())["traceEvents"]
+    names = [e.get("name", "") for e in events]
+    assert sum(n.startswith("ProfilerStep#") for n in names) == 3
+    assert any(n.startswith("Optimizer.step") for n in names)
+    assert any(n in ("aten::addmm", "aten::mm", "aten::linear") for n in names)
+    assert all({"ph", "ts", "pid", "tid"} <= e.keys() for e in events if e.get("ph") == "X")
+    # the W&B run's artifact, read from the offline run's files
+    artifacts = [r for r in read_records(job) if r["type"] == "artifact"]
+    assert [a["artifact"]["name"] for a in artifacts] == [
+        json.loads((job / "summary.json").read_text())["profile"]["wandb_artifact"]
+    ]

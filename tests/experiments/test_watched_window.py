@@ -150,3 +150,16 @@ def test_a_one_sample_spike_is_not_named_and_close_spikes_are_one_period():
     assert verdict(_record(), _record(others={7: 2.5})) is None  # one second of a neighbour
     said = verdict(_record(), _record(others={4: 1.5, 5: 1.5, 8: 1.5})) or ""
     assert "others used 1.5 cores during steps 401-900 of the base run" in said, said
+
+
+def test_samples_after_the_last_step_are_no_part_of_the_measured_window():
+    # the final checkpoint's write after step 2003: two samples in which no step ran and the
+    # job used few cores (as kiln-train's debug=fast job does)
+    ended = _record(measured_from=3)
+    samples = ended["telemetry"]["machine_series"]["samples"]
+    for t in (20.0, 21.0):
+        for key, value in (("t_s", t), ("seconds", 1.0), ("step_start", 2003), ("step_end", 2003)):
+            samples[key].append(value)
+        samples["other_cpu_cores"].append(0.0)
+        samples["own_cpu_cores"].append(0.3)
+    assert run_reasons(ended["telemetry"], "this run") == []

@@ -68,6 +68,7 @@ _EXPORTS = {
     "describe_machine": "kiln.core.telemetry.machine",
     "expand_hostlist": "kiln.core.telemetry.machine",
     "measured_peak": "kiln.core.telemetry.machine",
+    "measured_bandwidth": "kiln.core.telemetry.machine",
     "usable_cores": "kiln.core.telemetry.machine",
     "reset_cpu_peak": "kiln.core.telemetry.memory",
     "status_kb": "kiln.core.telemetry.memory",
@@ -80,6 +81,7 @@ _EXPORTS = {
     "LoadSample": "kiln.core.telemetry.records",
     "Machine": "kiln.core.telemetry.records",
     "MatmulPeak": "kiln.core.telemetry.records",
+    "CopyPeak": "kiln.core.telemetry.records",
     "Telemetry": "kiln.core.telemetry.records",
 }
 __all__ = [
@@ -95,6 +97,7 @@ __all__ = [
     "CompileConfig",
     "CompileCounts",
     "CompileWatch",
+    "CopyPeak",
     "DamagedCheckpointError",
     "EmptyWindowError",
     "FitResult",
@@ -132,6 +135,7 @@ __all__ = [
     "lazy_package",
     "load_checkpoint",
     "load_weights",
+    "measured_bandwidth",
     "measured_peak",
     "plan_claim",
     "precision_audit",
@@ -210,6 +214,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         calibrate_under_load,
         describe_machine,
         expand_hostlist,
+        measured_bandwidth,
         measured_peak,
         usable_cores,
     )
@@ -225,6 +230,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         CacheFigures,
         Calibration,
         CompileCounts,
+        CopyPeak,
         GpuInfo,
         GpuLoad,
         LoadSample,

@@ -59,7 +59,10 @@ The LightningModule defines the hooks and the Fabric loop calls them (the seed s
 - kiln's own hooks (``kiln.core.callbacks``): ``on_loop_start(fit)`` once, after
   setup and resume, with a ``kiln.core.callbacks.FitHandle`` (``global_step``, ``metrics``,
   ``request_stop(reason)``, ``save_checkpoint(path)``, ``save_checkpoint_at_step_end(path)``);
-  ``on_validation_metrics(metrics)`` after each validation, with its ``val/`` metrics.
+  ``on_validation_metrics(metrics)`` after each validation, with its ``val/`` metrics;
+  ``on_step_end(step)`` after each optimizer step, outside the step's timer;
+  ``on_exception(error)`` (Lightning's name) when an error, Ctrl-C included, leaves the
+  training loop, before it propagates out of ``fit``.
   Callbacks with ``state_dict()`` and ``load_state_dict()`` are saved in checkpoints under
   ``callbacks/<ClassName>``.
 

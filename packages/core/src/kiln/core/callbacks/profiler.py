@@ -2,13 +2,19 @@
 
 The profiler waits ``wait`` steps (compiles, caches, the first step's one-off work), warms
 up ``warmup`` steps (recorded, then dropped, as the profiler's own start-up skews them) and
-records ``active`` steps. A step runs from one ``on_before_optimizer_step`` to the next:
-one optimizer step and one window's data, forwards and backwards. It writes the Chrome /
+records ``active`` steps. A profiled step runs from one ``on_step_end`` to the next: the
+previous step's logging, validation or checkpoint (when due), the next window's data, its
+forwards and backwards and its optimizer step. Its boundaries lie outside the loop's step
+timer, so the profiler's own start and stop (collecting and writing the trace: seconds)
+never land in a timed step. It writes the Chrome /
 Perfetto trace (``trace.json``; open it at ui.perfetto.dev or chrome://tracing) into
 ``directory`` and keeps :attr:`StepProfiler.result`: the trace's path and the
 :class:`~kiln.core.telemetry.profile.StepBreakdown`. On CUDA it also records the allocator's
 history over the same steps into ``memory_snapshot.pickle`` (PyTorch's memory viewer,
 pytorch.org/memory_viz). Only global rank 0 profiles.
+
+When the run fails (``on_exception``) the profiler stops there: a profile finished before
+the failure stays written, one the failure cut short is discarded (no partial trace).
 """
 
 from __future__ import annotations
@@ -39,11 +45,12 @@ class StepProfiler:
         self._profiler: torch.profiler.profile | None = None
         self._cuda = False
         self._steps = 0
+        self._discard = False
 
     @property
     def steps_needed(self) -> int:
         """Optimizer steps a run needs for a whole profile."""
-        return self.config.wait + self.config.warmup + self.config.active + 1
+        return self.config.wait + self.config.warmup + self.config.active
 
     def on_loop_start(self, fit: FitHandle) -> None:
         if not fit.fabric.is_global_zero:
@@ -65,7 +72,7 @@ class StepProfiler:
         )
         self._profiler.start()
 
-    def on_before_optimizer_step(self, optimizer: Any) -> None:
+    def on_step_end(self, step: int) -> None:
         if self._profiler is None:
             return
         if self._steps == self.config.wait and self._cuda and self.config.memory_snapshot:
@@ -76,14 +83,31 @@ class StepProfiler:
     def on_fit_end(self) -> None:
         self._stop()
 
+    def on_exception(self, error: BaseException) -> None:
+        if self._profiler is None:
+            return
+        if self.result is None:
+            log.warning(
+                "profile: the run failed after %d steps (%s), before the profile of steps "
+                "%d-%d was whole; no trace written",
+                self._steps,
+                type(error).__name__,
+                self.config.wait + self.config.warmup + 1,
+                self.config.wait + self.config.warmup + self.config.active,
+            )
+        self._discard = True
+        self._stop()
+
     def _stop(self) -> None:
         profiler, self._profiler = self._profiler, None
         if profiler is not None:
             profiler.stop()
-        if self.result is None and profiler is not None:
+        if self._cuda and self.config.memory_snapshot and self.result is None:
+            record_memory_history(False)  # the snapshot's recording ends with the profile
+        if self.result is None and profiler is not None and not self._discard:
             log.warning(
                 "profile: the run ended after %d steps, before the %d the profile needs "
-                "(wait %d + warmup %d + active %d + 1); no trace written",
+                "(wait %d + warmup %d + active %d); no trace written",
                 self._steps,
                 self.steps_needed,
                 self.config.wait,
@@ -92,6 +116,8 @@ class StepProfiler:
             )
 
     def _ready(self, profiler: torch.profiler.profile) -> None:
+        if self._discard:  # stopped by a failure mid-profile: the steps are not whole
+            return
         self.result = {
             **write_profile(profiler, self.directory),
             "steps": [

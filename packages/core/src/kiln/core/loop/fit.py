@@ -19,11 +19,12 @@ period), then ``finish`` (below).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
-from collections.abc import Generator, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from itertools import islice
 from typing import Any
 
@@ -31,6 +32,7 @@ import lightning as L
 import torch
 
 from kiln.core.callbacks.handle import FitHandle
+from kiln.core.callbacks.profiler import StepProfiler
 from kiln.core.checkpoints.rng import restore_rng_state
 from kiln.core.config import CompileConfig, TrainerConfig
 from kiln.core.distributed.stop import StopPoll, listening
@@ -53,8 +55,11 @@ from kiln.core.state import Context, FitResult, RunState
 from kiln.core.telemetry.flops import flops_telemetry, peak_flops_per_s
 from kiln.core.telemetry.memory import device_peak_memory_mb, state_bytes
 from kiln.core.telemetry.padding import padding_fraction, window_padding
+from kiln.core.telemetry.profile import BETWEEN_STEPS
 from kiln.core.telemetry.records import Telemetry
 from kiln.core.telemetry.sampler import MachineSampler
+
+log = logging.getLogger(__name__)
 
 # the exceptions and the result are importable beside fit, the function that raises them
 __all__ = ["EmptyWindowError", "FitResult", "NonFiniteGradientError", "NonFiniteLossError", "fit"]
@@ -113,15 +118,25 @@ def fit(
         ctx.model.train()
         poll = StopPoll(ctx.fabric)
         extras: StepExtras = FirstStep(ctx, run)  # then LATER_STEPS
-        with periodic.progress, listening(), periodic.closed_on_error(), _sampling(ctx, run):
+        between = _between_steps(callbacks)
+        with (
+            _callbacks_told_of_errors(ctx.fabric),
+            periodic.progress,
+            listening(),
+            periodic.closed_on_error(),
+            _sampling(ctx, run),
+        ):
             # a stop a callback or a signal requested is honoured here, at the step boundary
             while run.global_step < ctx.total_steps and run.stop_reason is None:
-                window = next(windows)
-                ctx.timer.count_padding(window_padding(ctx.module, window))  # host batches
+                with between():
+                    window = next(windows)
+                    ctx.timer.count_padding(window_padding(ctx.module, window))  # host batches
                 out = train_step(ctx, run, window, extras)
+                ctx.fabric.call("on_step_end", run.global_step)  # outside the step's timer
                 extras = LATER_STEPS
-                signum = poll() if run.global_step < ctx.total_steps else 0
-                periodic.after_step(out, interrupted=bool(signum))
+                with between():
+                    signum = poll() if run.global_step < ctx.total_steps else 0
+                    periodic.after_step(out, interrupted=bool(signum))
                 if signum:  # after the checkpoint: a resumed run must not stay stopped
                     run.stop_reason, run.stop_signal = "signal", signal.Signals(signum).name
             periodic.wait_for_checkpoints()  # the last one in place before anyone reads it
@@ -240,6 +255,30 @@ def _sampling(ctx: Context, run: RunState) -> Generator[None, None, None]:
     ctx.sampler = MachineSampler(lambda: run.global_step, interval, gpu)
     with ctx.sampler:
         yield
+
+
+def _between_steps(callbacks: Sequence[Any] | None) -> Callable[[], AbstractContextManager[Any]]:
+    """What marks the loop's work outside the step timer (the next window's data, logging,
+    validation, checkpoints) in a profile: a ``BETWEEN_STEPS`` range while a
+    :class:`StepProfiler` is among ``callbacks``, else nothing (no cost)."""
+    if any(isinstance(c, StepProfiler) for c in callbacks or ()):
+        return lambda: torch.profiler.record_function(BETWEEN_STEPS)
+    return nullcontext
+
+
+@contextmanager
+def _callbacks_told_of_errors(fabric: L.Fabric) -> Generator[None, None, None]:
+    """``on_exception(error)`` on the module and callbacks when an error (Ctrl-C included)
+    leaves the loop, as Lightning's Trainer does: what they started (a profiler, a thread)
+    ends there instead of outliving the run."""
+    try:
+        yield
+    except BaseException as error:
+        try:
+            fabric.call("on_exception", error)
+        except Exception:  # the run's own error is the news, not a callback's about it
+            log.exception("a callback's on_exception failed")
+        raise
 
 
 @contextmanager

@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # kiln-report reads records with FINGERPRINT_KEYS, without to
 from kiln.core.telemetry.records import (
     Calibration,
     CalibrationFigures,
+    CopyPeak,
     GpuInfo,
     LoadSample,
     Machine,
@@ -384,6 +385,42 @@ def measured_peak(
         "matmul_peak_size": best_size,
         "matmul_dtype": str(dtype).removeprefix("torch."),
     }
+
+
+COPY_SIZES_MB = {"cpu": (16, 64, 256), "cuda": (256, 1024, 4096)}
+"""The float32 copy sizes :func:`measured_bandwidth` tries, smallest first, per device type."""
+
+
+def measured_bandwidth(device: str | torch.device = "cpu", budget_s: float = 0.1) -> CopyPeak:
+    """This machine's own memory bandwidth: float32 device-to-device copies of growing size
+    (:data:`COPY_SIZES_MB`) until two sizes' rates agree within :data:`PLATEAU` (a copy that
+    fits in a cache runs faster than memory allows), the last rate kept; on the CPU on
+    :func:`usable_cores` threads, as :func:`calibrate`.
+
+    Returns:
+        ``copy_peak_gb_per_s`` (bytes read plus written per second) and the ``copy_peak_mb``
+        it was measured at.
+    """
+    import torch
+
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(usable_cores())
+    rate, size_mb = 0.0, 0
+    try:
+        for size_mb in COPY_SIZES_MB["cuda" if cuda else "cpu"]:
+            src = torch.ones(size_mb * 2**18, dtype=torch.float32, device=device)
+            dst = torch.empty_like(src)
+            dst.copy_(src)  # warm-up: pages touched
+            per_s, _ = _rate(lambda s=src, d=dst: d.copy_(s), budget_s, sync)
+            previous, rate = rate, 2 * size_mb * 2**20 * per_s / 1e9
+            if previous and max(rate, previous) < PLATEAU * min(rate, previous):
+                break
+    finally:
+        torch.set_num_threads(threads)
+    return {"copy_peak_gb_per_s": round(rate, 3), "copy_peak_mb": size_mb}
 
 
 def calibrate_under_load(

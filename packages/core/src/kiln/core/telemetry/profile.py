@@ -5,6 +5,11 @@ self time, so nothing counts twice) goes to the first category its name or an en
 op's name falls in (``aten::copy_`` inside ``aten::addmm`` is matmul time; any op inside
 ``Optimizer.step`` is optimizer time). Whatever the ops do not cover of the step's wall time
 is host overhead (Python, the loop, launch latency) or, on a GPU, idle.
+
+The loop marks its work outside the step timer (fetching the next window, logging,
+validation, checkpoints) with a ``BETWEEN_STEPS`` range: that time is kept apart
+(``between_steps_ms``, by category), so the categories add up to the step the loop's own
+timer measures.
 """
 
 from __future__ import annotations
@@ -69,6 +74,8 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
 """Each category and the name parts (lower case) that put an op in it, checked in order."""
 ELEMENTWISE = "normalisation and elementwise"
 HOST = "host overhead and idle"
+BETWEEN_STEPS = "kiln: between steps"
+"""The profiler range around the loop's work outside the timed step."""
 CATEGORY_ORDER = (*(name for name, _ in CATEGORIES), ELEMENTWISE, HOST)
 """The categories of a breakdown, in the order reports print them."""
 
@@ -80,13 +87,16 @@ class StepBreakdown:
 
     steps: int
     step_ms: float
-    """The profiled steps' mean wall time."""
+    """The profiled steps' mean wall time, without the loop's work between steps: what the
+    loop's step timer measures."""
     host_ms: dict[str, float] = field(default_factory=dict[str, float])
     device_ms: dict[str, float] = field(default_factory=dict[str, float])
     ops_per_step: float = 0.0
     """Top-level ``aten::`` ops (an op called inside another is not counted again)."""
     kernels_per_step: float = 0.0
     """Device kernels (CUDA only; 0 on the CPU)."""
+    between_steps_ms: dict[str, float] = field(default_factory=dict[str, float])
+    """The loop's work outside the timed step, by category (data fetch, logging, ...)."""
 
 
 def _category_of(name: str) -> str | None:
@@ -113,6 +123,15 @@ def categorize(event: Any) -> str:
     return ELEMENTWISE if _is_op(event.name) else HOST
 
 
+def _between_steps(event: Any) -> bool:
+    node = event
+    while node is not None and not node.name.startswith("ProfilerStep"):
+        if node.name == BETWEEN_STEPS:
+            return True
+        node = node.cpu_parent
+    return False
+
+
 def step_breakdown(events: Any) -> StepBreakdown | None:
     """The per-step breakdown of a profiler's ``events()`` (``None`` without a whole step)."""
     steps = [e for e in events if e.name.startswith("ProfilerStep")]
@@ -122,6 +141,7 @@ def step_breakdown(events: Any) -> StepBreakdown | None:
     step_us = sum(e.cpu_time_total for e in steps) / n
     host: defaultdict[str, float] = defaultdict(float)
     device: defaultdict[str, float] = defaultdict(float)
+    between: defaultdict[str, float] = defaultdict(float)
     ops = kernels = 0
     for event in events:
         if event.name.startswith("ProfilerStep"):
@@ -130,11 +150,16 @@ def step_breakdown(events: Any) -> StepBreakdown | None:
             kernels += 1
             continue
         category = categorize(event)
+        if _between_steps(event):
+            # the range's own self time is the loop's Python between steps
+            between[HOST if event.name == BETWEEN_STEPS else category] += event.self_cpu_time_total
+            continue
         host[category] += event.self_cpu_time_total
         device[category] += getattr(event, "self_device_time_total", 0.0)
         parent = event.cpu_parent
         if event.name.startswith("aten::") and (parent is None or not _is_op(parent.name)):
             ops += 1
+    step_us -= sum(between.values()) / n
     host[HOST] += max(step_us * n - sum(host.values()), 0.0)  # what no op covered
     return StepBreakdown(
         steps=n,
@@ -143,6 +168,7 @@ def step_breakdown(events: Any) -> StepBreakdown | None:
         device_ms={c: device[c] / n / 1e3 for c in CATEGORY_ORDER if device[c]},
         ops_per_step=ops / n,
         kernels_per_step=kernels / n,
+        between_steps_ms={c: between[c] / n / 1e3 for c in CATEGORY_ORDER if between[c]},
     )
 
 

@@ -170,6 +170,15 @@ class MatmulPeak(TypedDict):
     matmul_dtype: str
 
 
+class CopyPeak(TypedDict):
+    """``measured_bandwidth``: the machine's own memory bandwidth, a float32 copy at a size
+    where the rate stops changing (out of the caches)."""
+
+    copy_peak_gb_per_s: float
+    """Bytes read plus written per second."""
+    copy_peak_mb: int
+
+
 class GpuLoad(_GpuLoad, total=False):
     """One GPU's clock, and the load others put on it, at one moment."""
 

@@ -224,9 +224,10 @@ class Lifecycle:
         and a calibration (:func:`kiln.core.telemetry.machine.calibrate` on the job's device,
         at its precision, with the load of other work while it ran) just before and just
         after, into ``record["machine"]`` (``load_start``/``load_end``,
-        ``calibration_before``/``calibration_after``; before, also ``matmul_peak``:
-        :func:`kiln.core.telemetry.machine.measured_peak`) and the W&B run's config. What start-up
-        built is frozen out of garbage collection first
+        ``calibration_before``/``calibration_after``; before, also ``matmul_peak`` and
+        ``copy_peak``: :func:`kiln.core.telemetry.machine.measured_peak`,
+        :func:`~kiln.core.telemetry.machine.measured_bandwidth`) and the W&B run's config.
+        What start-up built is frozen out of garbage collection first
         (:mod:`kiln.experiments.settings.startup_gc`)."""
         with startup_frozen():
             if not self.writer:  # one record: rank 0 measures its own device
@@ -237,12 +238,13 @@ class Lifecycle:
 
     @contextlib.contextmanager
     def _calibrated(self, accelerator: str, precision: str) -> Iterator[None]:
-        from kiln.core import calibrate_under_load, measured_peak
+        from kiln.core import calibrate_under_load, measured_bandwidth, measured_peak
 
         device = _calibration_device(accelerator)
         machine = self.record["machine"]
         # what "achieved / measured peak" divides by: the same cores on a large matmul
         machine["matmul_peak"] = measured_peak(device, precision)
+        machine["copy_peak"] = measured_bandwidth(device)  # and its memory, on a large copy
         machine["calibration_before"], machine["load_start"] = calibrate_under_load(
             device, precision
         )

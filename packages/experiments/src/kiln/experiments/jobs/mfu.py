@@ -25,6 +25,9 @@ class MfuFields(TypedDict):
     of_measured_peak: float | None
     """Achieved over this machine's own measured matmul peak at the run's precision (on
     GPUs, per device times the devices); on any device where both are known."""
+    of_measured_bandwidth: float | None
+    """Where a step is bandwidth-bound (:func:`of_measured_bandwidth`): the bytes a step
+    must move over its time, against this machine's own measured copy bandwidth."""
 
 
 def _on_cpu(record: TrainRecord) -> bool:
@@ -41,6 +44,37 @@ def _of_measured_peak(record: TrainRecord, achieved: Any) -> float | None:
     # the CPU peak is the machine's (all its usable cores); a GPU's is one device's
     devices = 1 if _on_cpu(record) else max(record.devices, 1)
     return achieved / (peak * 1e9 * devices)
+
+
+def step_bytes(record: TrainRecord) -> float | None:
+    """The bytes an optimizer step must move at least: every parameter, gradient and
+    optimizer state tensor read and written once by the update, on every device."""
+    tel = record.telemetry or {}
+    parts = [tel.get(k) for k in ("param_bytes", "grad_bytes", "optimizer_state_bytes")]
+    if not all(isinstance(p, int | float) for p in parts):
+        return None
+    return 2.0 * sum(parts) * max(record.devices, 1)  # type: ignore[arg-type]
+
+
+def of_measured_bandwidth(record: TrainRecord) -> float | None:
+    """The step's memory traffic per second (:func:`step_bytes` over the median step time)
+    over this machine's measured copy bandwidth (on GPUs, per device times the devices),
+    given only where the step is bandwidth-bound: its FLOPs per byte moved lie below the
+    machine's own ridge point, measured matmul peak / measured copy bandwidth (the roofline:
+    below it no amount of compute reaches the matmul peak). ``None`` elsewhere."""
+    tel = record.telemetry or {}
+    machine = record.machine or {}
+    flops, seconds = tel.get("flops_per_step"), tel.get("step_time_median_s")
+    peak = (machine.get("matmul_peak") or {}).get("matmul_peak_gflop_per_s")
+    copy = (machine.get("copy_peak") or {}).get("copy_peak_gb_per_s")
+    moved = step_bytes(record)
+    numbers = (flops, seconds, peak, copy, moved)
+    if not all(isinstance(n, int | float) and n > 0 for n in numbers):
+        return None
+    if flops / moved >= peak / copy:  # type: ignore[operator]  # compute-bound
+        return None
+    devices = 1 if _on_cpu(record) else max(record.devices, 1)
+    return moved / seconds / (copy * 1e9 * devices)  # type: ignore[operator]
 
 
 def mfu_fields(record: TrainRecord) -> MfuFields:
@@ -61,6 +95,7 @@ def mfu_fields(record: TrainRecord) -> MfuFields:
             na = "cpu" if _on_cpu(record) else "peak unknown"
     return {
         "of_measured_peak": _of_measured_peak(record, achieved),
+        "of_measured_bandwidth": of_measured_bandwidth(record),
         "flops_per_step": flops if isinstance(flops, int | float) else None,
         "achieved_tflops_per_s": achieved / 1e12 if isinstance(achieved, int | float) else None,
         "mfu": mfu,

@@ -34,6 +34,7 @@ from kiln.experiments.report.bench import (
 )
 from kiln.experiments.report.compile_issues import COMPILE_ISSUE_COLUMNS, compile_issue_rows
 from kiln.experiments.report.load import load_sweep
+from kiln.experiments.report.machine_panel import machine_markdown, machine_plot, machine_rows
 from kiln.experiments.report.profiles import (
     ProfilePair,
     bench_profile_pairs,
@@ -51,7 +52,13 @@ from kiln.experiments.report.render import (
 from kiln.experiments.report.rows import RATIOS
 from kiln.experiments.report.study import log_params, study_params, study_plots, study_rows
 from kiln.experiments.report.terminal import print_header, print_tables
-from kiln.experiments.report.train import NOISE_RULE, loss_curves, noise_marked, train_rows
+from kiln.experiments.report.train import (
+    NOISE_RULE,
+    loss_curves,
+    noise_marked,
+    run_name,
+    train_rows,
+)
 
 TRAIN_METHOD = (
     "steady step time = median optimizer-step time after warm-up (kiln.core "
@@ -84,6 +91,7 @@ _TRAIN_LAST = [
     "mfu",
     "mfu_na",
     "of_measured_peak",
+    "of_measured_bandwidth",
     "compile_time_s",
     "compile_cache",
     "peak_memory_mb",
@@ -190,7 +198,24 @@ def train_section(
     if any(r.get("samples_per_s") for r in rows):
         plots.append(throughput_bars(rows, out / "throughput.png", "throughput"))
         lines += ["", "![throughput](throughput.png)"]
+    compared = compared_runs(records, rows)
+    if machine_rows(compared):
+        plots.append(machine_plot(compared, out / "machine.png"))
+        lines += ["", *machine_markdown(machine_rows(compared))]
     return files, plots, lines
+
+
+def compared_runs(
+    records: list[dict[str, Any]], rows: list[dict[str, Any]]
+) -> list[tuple[str, dict[str, Any]]]:
+    """The runs a ratio compares (either side of a speedup or a scaling efficiency), named."""
+    names = {
+        r["run"]
+        for r in rows
+        if isinstance(r.get("speedup_vs_eager"), float)
+        or isinstance(r.get("scaling_efficiency"), float)
+    }
+    return [(run_name(rec), rec) for rec in records if run_name(rec) in names]
 
 
 def bench_section(

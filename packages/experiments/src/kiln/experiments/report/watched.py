@@ -96,10 +96,14 @@ def window_reasons(telemetry: dict[str, Any], name: str) -> list[str]:
     if not columns.get("step_end"):
         return []
     measured_from = int(series.get("measured_from_step") or 0)
+    measured = telemetry.get("measured_steps")
+    # samples after the last step (the final checkpoint's write) cover no measured step
+    last = measured_from + measured if isinstance(measured, int) and measured > 0 else None
     keep = [
         i
         for i, end in enumerate(columns["step_end"])
         if max(end, columns["step_start"][i] + 1) > measured_from
+        and (last is None or columns["step_start"][i] < last)
     ]
     cols = {k: [v[i] for i in keep] for k, v in columns.items()}
     starts = [max(s, measured_from) for s in cols["step_start"]]

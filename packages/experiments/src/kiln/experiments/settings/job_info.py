@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kiln.core import Calibration, LoadSample, Machine, MatmulPeak
+from kiln.core import Calibration, CopyPeak, LoadSample, Machine, MatmulPeak
 
 PLACEMENT_KEYS = ("hydra", "launcher", "sweep", "logger", "paths")
 """Override keys that choose where or how a job runs, not what it computes: kept out of run
@@ -148,6 +148,8 @@ class JobMachine(Machine, total=False):
     device_count: int
     matmul_peak: MatmulPeak
     """This machine's own matmul peak at the run's precision (``measured_peak``)."""
+    copy_peak: CopyPeak
+    """This machine's own memory bandwidth (``measured_bandwidth``)."""
     calibration_before: Calibration
     load_start: LoadSample
     calibration_after: Calibration

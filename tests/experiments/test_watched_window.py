@@ -113,7 +113,11 @@ def test_a_level_shift_within_a_run_is_drift_and_noise_is_not():
         r"step time moved from (9.9\d|10) ms \(steps 4-403\) to 12 ms \(steps 1604-2003\)", said
     ), said
     assert drift_reason(_record()["telemetry"], "this run") is None
-    assert "step time moved" in (verdict(_record(times=shifted), _record()) or "")
+    said = verdict(_record(times=shifted), _record()) or ""
+    assert said.startswith("drift: step time moved") and "this run" in said, said  # a result
+    busy = verdict(_record(times=shifted, others={2: 3.8, 3: 3.8}), _record()) or ""
+    assert busy.startswith("confounded: others used 3.8 cores"), busy
+    assert "step time moved" not in busy  # a drift is no reason to refuse a ratio
 
 
 def test_the_slow_steps_are_counted_beside_a_window():

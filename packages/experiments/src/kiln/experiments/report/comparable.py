@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from kiln.core import FINGERPRINT_KEYS, Calibration, GpuLoad
-from kiln.experiments.report.watched import OTHERS_LIMIT_CORES, run_reasons
+from kiln.experiments.report.watched import OTHERS_LIMIT_CORES, drift_note, run_reasons
 from kiln.experiments.settings.job_info import JobMachine
 
 CALIBRATION_TOLERANCE = 0.2
@@ -125,8 +125,10 @@ def verdict(run: dict[str, Any], base: dict[str, Any]) -> str | None:
         base: The job record it is compared to (the eager run, the fewest-device run).
 
     Returns:
-        ``None`` when it is; ``"unverified: no machine record"`` when either record predates
-        machine records; else ``"confounded: <reasons>"`` (``other GPU (A100 vs H100)``,
+        ``None`` when it is; ``"drift: <where>"`` when it is, but a run's step time moved
+        within it (:func:`drift_note`); ``"unverified: no machine record"`` when either
+        record predates machine records; else ``"confounded: <reasons>"``
+        (``other GPU (A100 vs H100)``,
         ``calibration 0.55x``, ``load 2.1 vs 0.3 cores``, ``busy machine ...``,
         ``others used 1.9 cores during steps 400-1300 of the base run``).
     """
@@ -160,7 +162,7 @@ def verdict(run: dict[str, Any], base: dict[str, Any]) -> str | None:
         reasons += sorted(calibration, key=lambda r: "changed" in r)  # across runs first
     if len(reasons) > 3:  # a table cell: the first three, the CSV's verdict column alike
         reasons = [*reasons[:3], f"+{len(reasons) - 3} more"]
-    return f"confounded: {'; '.join(reasons)}" if reasons else None
+    return f"confounded: {'; '.join(reasons)}" if reasons else drift_note(run, base)
 
 
 def impossible(column: str, value: float | None) -> str | None:

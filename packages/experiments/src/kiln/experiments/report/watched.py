@@ -179,12 +179,23 @@ def drift_reason(telemetry: dict[str, Any], name: str) -> str | None:
     )
 
 
+def drift_note(run: dict[str, Any], base: dict[str, Any]) -> str | None:
+    """``"drift: <where>"`` when either job record's step time moved within its run, said
+    beside a result: a level that moved on a quiet machine (a VM's neighbours, a clock's own
+    steps) is in the moving-block interval already."""
+    drifts = [
+        d
+        for name, record in (("this run", run), ("the base run", base))
+        if (d := drift_reason(record.get("telemetry") or {}, name)) is not None
+    ]
+    return f"drift: {'; '.join(drifts)}" if drifts else None
+
+
 def run_reasons(telemetry: dict[str, Any], name: str) -> list[str]:
-    """Everything :func:`window_reasons` and :func:`drift_reason` say about one run; when
-    they say anything, how many of its steps were slow."""
+    """What :func:`window_reasons` says confounded one run; when it says anything, how many
+    of its steps were slow. A drift alone is no confounder (:func:`drift_reason`): the
+    moving-block bootstrap widens the interval by it, and the verdict says it beside."""
     reasons = window_reasons(telemetry, name)
-    if (drift := drift_reason(telemetry, name)) is not None:
-        reasons.append(drift)
     if reasons and (slow := slow_steps(telemetry.get("step_times_s") or [])) is not None:
         reasons.append(f"{slow} in {name}")
     return reasons

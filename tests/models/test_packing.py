@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import tiny_model
 from torch.utils.data import DataLoader, default_collate
 
 from kiln.core import TrainerConfig, fit
 from kiln.models.data import IGNORE_INDEX, CausalLMData
 from kiln.models.data.packing import pack_documents, pieces_of
+from kiln.models.testing import tiny_model
 from kiln.models.tokens import token_nll
 
 MODELS = ["llama-tiny-lm", "gpt2-tiny-lm"]

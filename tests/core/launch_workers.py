@@ -49,6 +49,8 @@ def threads_of_a_rank(devices: int, num_nodes: int) -> dict:
 if __name__ == "__main__":  # torchrun runs this file: python launch_workers.py <devices> <nodes>
     import json
     import sys
+    from pathlib import Path
 
     result = threads_of_a_rank(int(sys.argv[1]), int(sys.argv[2]))
-    print("RESULT " + json.dumps(result), flush=True)
+    # a file per rank: torchrun interleaves its ranks' stdout within lines
+    Path(f"result-{result['rank']}.json").write_text(json.dumps(result))

@@ -112,20 +112,22 @@ def test_local_workers_and_torchrun_ranks_compute_with_the_same_threads(monkeypa
             common += [f"--nnodes={nodes}", "--rdzv-backend=c10d"]
             common += [f"--rdzv-endpoint=127.0.0.1:{port}"]
         script = [str(Path(launch_workers.__file__)), str(nproc), str(nodes)]
+        out_dir = tmp_path / f"{nodes}x{nproc}"  # each rank writes result-<rank>.json here
+        out_dir.mkdir()
         agents = [
             subprocess.Popen(
                 [*common, *([f"--node-rank={i}"] if nodes > 1 else []), *script],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
-                cwd=tmp_path,
+                cwd=out_dir,
             )
             for i in range(nodes)
         ]
         outs = [agent.communicate(timeout=300)[0] for agent in agents]
         assert [a.returncode for a in agents] == [0] * nodes, outs
-        lines = [line for out in outs for line in out.splitlines() if line.startswith("RESULT ")]
-        return sorted((json.loads(line[7:]) for line in lines), key=lambda r: r["rank"])
+        results = [json.loads(f.read_text()) for f in out_dir.glob("result-*.json")]
+        return sorted(results, key=lambda r: r["rank"])
 
     one_node, two_nodes = torchrun(1, 2), torchrun(2, 1)
     expected = default_threads_per_rank(2, 1)

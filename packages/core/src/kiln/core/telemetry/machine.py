@@ -24,7 +24,7 @@ import os
 import platform
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -296,13 +296,24 @@ def calibrate(
     """
     import torch
 
-    started, threads = time.perf_counter(), torch.get_num_threads()
+    started = time.perf_counter()
+    with _on_usable_cores():
+        result = _calibrate(torch.device(device), precision, budget_s)
+    return {**result, "seconds": round(time.perf_counter() - started, 3)}
+
+
+@contextlib.contextmanager
+def _on_usable_cores() -> Generator[None]:
+    """torch's intra-op threads set to :func:`usable_cores` inside, restored after: every
+    measurement of this machine's limits runs on all the cores this process may use."""
+    import torch
+
+    threads = torch.get_num_threads()
     torch.set_num_threads(usable_cores())
     try:
-        result = _calibrate(torch.device(device), precision, budget_s)
+        yield
     finally:
         torch.set_num_threads(threads)
-    return {**result, "seconds": round(time.perf_counter() - started, 3)}
 
 
 def _calibrate(device: torch.device, precision: str, budget_s: float) -> CalibrationFigures:
@@ -364,10 +375,8 @@ def measured_peak(
     dtype = calibration_dtype(precision)
     cuda = device.type == "cuda"
     sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(usable_cores())
     best, best_size = 0.0, 0
-    try:
+    with _on_usable_cores():
         for size in PEAK_SIZES["cuda" if cuda else "cpu"]:
             a = torch.ones(size, size, device=device, dtype=dtype)
             torch.mm(a, a)  # warm-up: kernels chosen, caches filled
@@ -378,8 +387,6 @@ def measured_peak(
                 best, best_size = rate, size
             if plateau:
                 break
-    finally:
-        torch.set_num_threads(threads)
     return {
         "matmul_peak_gflop_per_s": round(best, 3),
         "matmul_peak_size": best_size,
@@ -406,10 +413,8 @@ def measured_bandwidth(device: str | torch.device = "cpu", budget_s: float = 0.1
     device = torch.device(device)
     cuda = device.type == "cuda"
     sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(usable_cores())
     rate, size_mb = 0.0, 0
-    try:
+    with _on_usable_cores():
         for size_mb in COPY_SIZES_MB["cuda" if cuda else "cpu"]:
             src = torch.ones(size_mb * 2**18, dtype=torch.float32, device=device)
             dst = torch.empty_like(src)
@@ -418,8 +423,6 @@ def measured_bandwidth(device: str | torch.device = "cpu", budget_s: float = 0.1
             previous, rate = rate, 2 * size_mb * 2**20 * per_s / 1e9
             if previous and max(rate, previous) < PLATEAU * min(rate, previous):
                 break
-    finally:
-        torch.set_num_threads(threads)
     return {"copy_peak_gb_per_s": round(rate, 3), "copy_peak_mb": size_mb}
 
 

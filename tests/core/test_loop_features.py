@@ -123,6 +123,23 @@ def test_unknown_compile_mode_lists_the_valid_ones() -> None:
         CompileConfig(mode="fastest")
 
 
+@pytest.mark.parametrize(
+    ("mode", "backend", "graphs"),
+    [
+        ("reduce-overhead", "inductor", True),
+        ("max-autotune", "inductor", True),
+        ("max-autotune-no-cudagraphs", "inductor", False),
+        ("default", "inductor", False),
+        ("reduce-overhead", "aot_eager", False),  # the mode only applies to inductor
+        ("none", "inductor", False),
+    ],
+)
+def test_which_compile_modes_capture_cuda_graphs(mode: str, backend: str, graphs: bool) -> None:
+    """The loop begins a CUDA-graph step before each forward exactly for these (on CUDA;
+    tests/gpu runs reduce-overhead with accumulation and validation)."""
+    assert CompileConfig(mode=mode, backend=backend).uses_cuda_graphs is graphs
+
+
 class WiderToy(ToyTokenModule):
     def __init__(self) -> None:
         super().__init__()

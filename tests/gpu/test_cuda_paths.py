@@ -74,7 +74,9 @@ def test_reduce_overhead_cuda_graphs_match_eager_and_report_their_compile(accumu
         CompileConfig(mode="reduce-overhead"),
     )
     assert result.telemetry["compile_time_s"] > 0
-    assert result.telemetry["recompiles"] == 0
+    # training never recompiles; the validation at the end does (no grad, a last short batch)
+    reasons = result.telemetry["recompile_reasons"]
+    assert not [r for r in reasons if "grad_mode" not in r and "size mismatch" not in r], reasons
     losses = [row["train/loss"] for row in result.history if "train/loss" in row]
     eager = fit(
         ToyTokenModule(n=32, batch_size=4),

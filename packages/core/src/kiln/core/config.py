@@ -90,6 +90,15 @@ class CompileConfig:
     def enabled(self) -> bool:
         return self.mode != "none"
 
+    @property
+    def uses_cuda_graphs(self) -> bool:
+        """Inductor's modes that capture CUDA graphs (on a CUDA device)."""
+        return (
+            self.enabled
+            and self.backend == "inductor"
+            and self.mode in ("reduce-overhead", "max-autotune")
+        )
+
     def torch_compile_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``torch.compile`` (the inductor mode only applies to inductor)."""
         kwargs: dict[str, Any] = {

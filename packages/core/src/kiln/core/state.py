@@ -136,6 +136,9 @@ class Context:
     activation_checkpointing: str | None = None  # how it was applied (None: off)
     start_memory_mb: float | None = None  # held when the fit began (its peak counts from there)
     sampler: MachineSampler | None = None  # rank 0's, while the loop runs
+    # compiled with CUDA graphs on a CUDA device: each training or validation forward begins
+    # a new graph step, since accumulation and validation replay the graphs within one step
+    cuda_graphs: bool = False
 
     @property
     def objects(self) -> dict[str, Any]:

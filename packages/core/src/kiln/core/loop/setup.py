@@ -103,6 +103,7 @@ def setup(
         hooks=StepHooks(fabric, [module, *(callbacks or [])]),
         callback_states=CallbackStates(callbacks or []),
         start_memory_mb=start_memory_mb,
+        cuda_graphs=compile_config.uses_cuda_graphs and fabric.device.type == "cuda",
     )
 
 

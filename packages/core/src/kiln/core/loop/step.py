@@ -100,6 +100,8 @@ def train_window(
             else nullcontext()
         )
         with no_sync:
+            if ctx.cuda_graphs:  # a new graph step: the last one's outputs were read
+                torch.compiler.cudagraph_mark_step_begin()
             out = call_under_precision(precision, step_fn, batch, first_batch_idx + j)
             del batch  # the graph holds what backward needs; the batch itself can go
             loss, n = _unpack_step(out)

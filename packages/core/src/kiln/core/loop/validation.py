@@ -53,6 +53,8 @@ def _validation_outputs(ctx: Context) -> dict[str, list[torch.Tensor]]:
         for i, batch in enumerate(ctx.val_loader):
             if limit is not None and i >= limit:
                 break
+            if ctx.cuda_graphs:  # a new graph step: the last batch's outputs were copied
+                torch.compiler.cudagraph_mark_step_begin()
             out = call_step_hook(ctx.fabric, ctx.model, "validation_step", batch, i)
             for key, value in out.items():
                 # a copy: under CUDA graphs (reduce-overhead) the next batch's replay

@@ -109,6 +109,8 @@ def train_window(
             weighted = _weighted(loss, n, fabric.world_size, total)
             ctx.hooks("on_before_backward", weighted)
             fabric.backward(weighted)
+            if ctx.cuda_graphs and j == 0 and last > 0:
+                _own_grads(ctx.module)
             ctx.hooks("on_after_backward")
         # copies: under CUDA graphs (reduce-overhead) the next micro-batch's replay
         # overwrites this one's outputs in place
@@ -117,6 +119,15 @@ def train_window(
         if j < last:  # the hook gets the host batch: the device copy is already freed
             ctx.hooks("on_train_batch_end", out, window[j], first_batch_idx + j)
     return losses, items, total, samples, (out, window[last], first_batch_idx + last)
+
+
+def _own_grads(module: torch.nn.Module) -> None:
+    """Copy the gradients out of the CUDA graphs' memory pool: a first backward hands its
+    output over as ``.grad``, which the next micro-batch's replay overwrites before the
+    later backwards add to it."""
+    for p in module.parameters():
+        if p.grad is not None:
+            p.grad = p.grad.clone()
 
 
 def _host_counts(ctx: Context, window: list[Any]) -> tuple[list[int | torch.Tensor], int]:

@@ -111,6 +111,29 @@ def test_profile_pairs_differ_in_one_comparisons_keys_only():
     assert "optimizer 1.0 -> 1.0" in compact_line(first)
 
 
+def test_a_cuda_pair_shows_its_kernels_time_by_category_beside_the_hosts():
+    from kiln.experiments.report.profiles import compact_line, markdown, profile_pairs, table_rows
+
+    eager = _profiled("none", "bf16-mixed", {"attention": 4.0, "optimizer": 1.0})
+    compiled = _profiled("default", "bf16-mixed", {"compiled regions": 2.0, "optimizer": 1.0})
+    for record, kernels, gpu in ((eager, 136, {"attention": 0.2}), (compiled, 100, {})):
+        record["profile"]["breakdown"] |= {"kernels_per_step": kernels, "device_ms": gpu}
+    compiled["profile"]["breakdown"]["device_ms"] = {"compiled regions": 0.05}
+    (pair,) = profile_pairs([eager, compiled])
+    line = compact_line(pair)
+    assert "kernels 136 -> 100/step (0.20 -> 0.05 kernel ms/step" in line, line
+    assert "attention 0.20 -> 0.00" in line, line
+    text = "\n".join(markdown([pair]))
+    assert "GPU kernels by category:" in text
+    assert "| all kernels | 0.20 | 0.05 | 0.25 |" in text
+    assert "| kernels/step | 136 | 100 | |" in text
+    rows = {r["category"]: r for r in table_rows([pair])}
+    assert rows["gpu kernels: compiled regions"]["other_ms"] == 0.05
+    # a CPU pair (no device_ms) has no GPU table
+    cpu = [_profiled("none", "32-true", {"attention": 4.0}), _profiled("default", "32-true", {})]
+    assert "GPU kernels" not in "\n".join(markdown(profile_pairs(cpu)))
+
+
 class _Mlp(torch.nn.Module):
     """A contract module kiln-bench can time: a two-layer MLP's squared output."""
 

@@ -108,21 +108,34 @@ def profile_pairs(records: list[dict[str, Any]]) -> list[ProfilePair]:
     return pairs
 
 
-def categories(pair: ProfilePair) -> list[tuple[str, float, float]]:
+def categories(pair: ProfilePair, clock: str = "host_ms") -> list[tuple[str, float, float]]:
     """``(category, base ms, other ms)`` per step, in :data:`CATEGORY_ORDER`, for the categories
-    either run spent time in."""
+    either run spent time in: on the host's clock (``host_ms``, the step's wall time) or the
+    GPU kernels' (``device_ms``, CUDA runs only)."""
     a, b = _breakdown(pair.base) or {}, _breakdown(pair.other) or {}
-    ha, hb = a.get("host_ms", {}), b.get("host_ms", {})
+    ha, hb = a.get(clock) or {}, b.get(clock) or {}
     return [(c, ha.get(c, 0.0), hb.get(c, 0.0)) for c in CATEGORY_ORDER if c in ha or c in hb]
 
 
 def compact_line(pair: ProfilePair) -> str:
-    """One line for the terminal: each category's ms/step, base -> other, and the ops."""
+    """One line for the terminal: each category's ms/step, base -> other, the ops, and on
+    CUDA the kernels (count and time)."""
     a, b = _breakdown(pair.base) or {}, _breakdown(pair.other) or {}
     parts = [f"{c} {x:.1f} -> {y:.1f}" for c, x, y in categories(pair)]
     ops = f"ops {a.get('ops_per_step', 0):.0f} -> {b.get('ops_per_step', 0):.0f}/step"
     if a.get("kernels_per_step") or b.get("kernels_per_step"):
-        ops += f", kernels {a['kernels_per_step']:.0f} -> {b['kernels_per_step']:.0f}/step"
+        ops += (
+            f", kernels {a.get('kernels_per_step') or 0:.0f} -> "
+            f"{b.get('kernels_per_step') or 0:.0f}/step"
+        )
+    gpu = categories(pair, "device_ms")
+    if gpu:
+        total = f"{sum(x for _, x, _ in gpu):.2f} -> {sum(y for _, _, y in gpu):.2f}"
+        ops += (
+            f" ({total} kernel ms/step: "
+            + "; ".join(f"{c} {x:.2f} -> {y:.2f}" for c, x, y in gpu)
+            + ")"
+        )
     step = f"step {a.get('step_ms', 0):.1f} -> {b.get('step_ms', 0):.1f} ms"
     return f"{pair.title}: {step}; " + "; ".join(parts) + f" (ms/step); {ops}"
 
@@ -146,15 +159,33 @@ def markdown(pairs: list[ProfilePair]) -> list[str]:
             ratio = f"{y / x:.2f}" if x else "-"
             lines.append(f"| {category} | {x:.2f} | {y:.2f} | {ratio} |")
         lines.append(f"| ops/step | {a['ops_per_step']:.0f} | {b['ops_per_step']:.0f} | |")
+        gpu = categories(pair, "device_ms")
+        if gpu:  # CUDA: the kernels' own time, which the host's clock overlaps
+            lines += [
+                "",
+                "GPU kernels by category:",
+                "",
+                "| | base ms/step | other ms/step | other/base |",
+            ]
+            lines.append("|---|---|---|---|")
+            total = ("all kernels", sum(x for _, x, _ in gpu), sum(y for _, _, y in gpu))
+            for category, x, y in [*gpu, total]:
+                ratio = f"{y / x:.2f}" if x else "-"
+                lines.append(f"| {category} | {x:.2f} | {y:.2f} | {ratio} |")
+            lines.append(
+                f"| kernels/step | {a.get('kernels_per_step') or 0:.0f} | "
+                f"{b.get('kernels_per_step') or 0:.0f} | |"
+            )
     return lines
 
 
 def table_rows(pairs: list[ProfilePair]) -> list[dict[str, Any]]:
     """One row per pair and category (``profiles.csv``, the W&B report run's table)."""
     return [
-        {"pair": p.title, "category": c, "base_ms": x, "other_ms": y}
+        {"pair": p.title, "category": f"{prefix}{c}", "base_ms": x, "other_ms": y}
         for p in pairs
-        for c, x, y in categories(p)
+        for clock, prefix in (("host_ms", ""), ("device_ms", "gpu kernels: "))
+        for c, x, y in categories(p, clock)
     ]
 
 

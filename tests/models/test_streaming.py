@@ -38,6 +38,16 @@ def write_shards(directory: Path, texts: list[str], per_shard: int = 7) -> list[
     return paths
 
 
+def write_arrow(path: Path, texts: list[str], form: str) -> Path:
+    """``texts`` as an Arrow IPC ``file`` (Feather v2) or ``stream`` (HF datasets' format)."""
+    table = pa.table({"text": pa.array(texts, pa.string()), "n": list(range(len(texts)))})
+    new = pa.ipc.new_file if form == "file" else pa.ipc.new_stream
+    with pa.OSFile(str(path), "wb") as sink, new(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=3):  # several record batches
+            writer.write_batch(batch)
+    return path
+
+
 def stream(files: list[Path], rank: int = 0, world: int = 1, **kwargs) -> ShardStream:
     options = {"policy": "carry", "seed": 3, "shuffle_buffer": 8, **kwargs}
     return ShardStream(files, "text", encode, LENGTH, 0, rank=rank, world_size=world, **options)
@@ -139,6 +149,24 @@ def test_a_loader_continues_from_its_state_exactly(
     assert not all(next(fresh)["input_ids"].equal(b["input_ids"]) for b in want[:3])
 
 
+@pytest.mark.parametrize(("form", "suffix"), [("file", ".arrow"), ("stream", ".arrow"),
+                                             ("file", ".feather")])  # fmt: skip
+def test_arrow_shards_stream_as_parquet_shards_do(tmp_path: Path, form: str, suffix: str) -> None:
+    from kiln.models.data.shards import check_shards, read_texts, shard_files
+
+    texts = documents()
+    parquet = write_shards(tmp_path / "parquet", texts)
+    (tmp_path / "arrow").mkdir()
+    arrow = [
+        write_arrow(tmp_path / "arrow" / f"{p.stem}{suffix}", read_texts(p, "text"), form)
+        for p in parquet
+    ]
+    assert shard_files(str(tmp_path / "arrow")) == arrow
+    assert check_shards(arrow, "text") == len(texts)
+    assert [read_texts(p, "text") for p in arrow] == [read_texts(p, "text") for p in parquet]
+    assert pieces(first_pass(stream(arrow))) == pieces(first_pass(stream(parquet)))
+
+
 # -- bad input, named before anything trains ------------------------------------------------
 def data_module(data_files, **kwargs) -> CausalLMData:
     options = {"dataset": "parquet", "packing": True, "streaming": True, "val_split": None,
@@ -156,6 +184,23 @@ def test_a_truncated_shard_is_named(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[:-20])
     with pytest.raises(ShardError, match=f"shard {path} is not a readable Parquet file"):
         data_module(str(tmp_path)).setup()
+
+
+@pytest.mark.parametrize("form", ["file", "stream"])
+def test_a_truncated_arrow_shard_is_named(tmp_path: Path, form: str) -> None:
+    path = write_arrow(tmp_path / "train-0.arrow", documents(12), form)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # cut inside a batch
+    with pytest.raises(ShardError, match=f"shard {path} is not a readable Arrow IPC file"):
+        data_module(str(tmp_path), dataset="arrow").setup()
+
+
+def test_an_arrow_shard_without_the_text_column_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "train-0.feather"
+    table = pa.table({"content": ["a b"]})
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    with pytest.raises(ShardError, match=f"shard {path} has no column 'text'"):
+        data_module(str(path), dataset="arrow").setup()
 
 
 def test_a_shard_of_another_schema_is_named(tmp_path: Path) -> None:

@@ -1,9 +1,10 @@
-"""Local text shards (Parquet or JSON Lines) for a stream: found, checked and read by row.
+"""Local text shards (Parquet, Arrow IPC or JSON Lines) for a stream: found, checked and read
+by row.
 
 Every shard is checked before training (:func:`check_shards`): a missing file, a Parquet file
-whose footer is cut off, a text column that is absent or not text, a JSON Lines file whose
-first or last line does not parse. A bad line further inside a JSON Lines shard is named, with
-its path and line, when the stream reaches it.
+whose footer is cut off, an Arrow file cut anywhere, a text column that is absent or not text,
+a JSON Lines file whose first or last line does not parse. A bad line further inside a JSON
+Lines shard is named, with its path and line, when the stream reaches it.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 PARQUET = (".parquet",)
+ARROW = (".arrow", ".feather")  # Arrow IPC: the file format (Feather v2) or the stream format
 JSON_LINES = (".jsonl", ".json")
-SHARD_SUFFIXES = PARQUET + JSON_LINES
+SHARD_SUFFIXES = PARQUET + ARROW + JSON_LINES
 
 
 class ShardError(ValueError):
@@ -26,8 +28,9 @@ class ShardError(ValueError):
 
 
 def shard_files(spec: str | Sequence[str]) -> list[Path]:
-    """The shard files ``spec`` names: a directory (its ``*.parquet``, ``*.jsonl`` and
-    ``*.json`` files), a glob, a file, or a list of these; sorted, each once.
+    """The shard files ``spec`` names: a directory (its ``*.parquet``, ``*.arrow``,
+    ``*.feather``, ``*.jsonl`` and ``*.json`` files), a glob, a file, or a list of these;
+    sorted, each once.
 
     Raises:
         FileNotFoundError: A path or glob that names no shard.
@@ -48,7 +51,7 @@ def shard_files(spec: str | Sequence[str]) -> list[Path]:
     for path in files:
         if path.suffix not in SHARD_SUFFIXES:
             raise ShardError(
-                f"shard {path} is not a Parquet or JSON Lines file; valid suffixes: "
+                f"shard {path} is not a Parquet, Arrow or JSON Lines file; valid suffixes: "
                 f"{', '.join(SHARD_SUFFIXES)}"
             )
     return files
@@ -60,8 +63,8 @@ def check_shards(files: Sequence[Path], text_column: str) -> int:
     Raises:
         ShardError: A truncated or unreadable shard, or one without a text column.
     """
-    return sum(_check_parquet(p, text_column) if p.suffix in PARQUET else
-               _check_json_lines(p, text_column) for p in files)  # fmt: skip
+    checks = {**dict.fromkeys(PARQUET, _check_parquet), **dict.fromkeys(ARROW, _check_arrow)}
+    return sum(checks.get(p.suffix, _check_json_lines)(p, text_column) for p in files)
 
 
 def _check_parquet(path: Path, column: str) -> int:
@@ -71,7 +74,34 @@ def _check_parquet(path: Path, column: str) -> int:
         raise ShardError(
             f"shard {path} is not a readable Parquet file (truncated or damaged: {error})"
         ) from None
-    schema = meta.schema.to_arrow_schema()
+    _check_schema(path, meta.schema.to_arrow_schema(), column)
+    return meta.num_rows
+
+
+def _check_arrow(path: Path, column: str) -> int:
+    table = _arrow_table(path)  # memory-mapped: reading every batch finds a cut anywhere
+    _check_schema(path, table.schema, column)
+    return table.num_rows
+
+
+def _arrow_table(path: Path) -> pa.Table:
+    """An Arrow IPC shard, memory-mapped: the file format (Feather v2, ``pa.ipc.new_file``) or
+    the stream format (``pa.ipc.new_stream``; HF datasets' own ``.arrow`` files)."""
+    try:
+        with pa.memory_map(str(path)) as source:
+            try:
+                return pa.ipc.open_file(source).read_all()
+            except pa.ArrowInvalid:  # no file footer: a stream, or a file cut short
+                source.seek(0)
+                return pa.ipc.open_stream(source).read_all()
+    except (OSError, pa.ArrowException) as error:
+        raise ShardError(
+            f"shard {path} is not a readable Arrow IPC file or stream (truncated or damaged: "
+            f"{error})"
+        ) from None
+
+
+def _check_schema(path: Path, schema: pa.Schema, column: str) -> None:
     if column not in schema.names:
         raise ShardError(
             f"shard {path} has no column {column!r} (it has {schema.names}); set "
@@ -80,7 +110,6 @@ def _check_parquet(path: Path, column: str) -> int:
     kind = schema.field(column).type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raise ShardError(f"shard {path}: column {column!r} holds {kind}, not text")
-    return meta.num_rows
 
 
 def _json_lines(path: Path) -> list[tuple[int, bytes]]:
@@ -119,10 +148,13 @@ def document_text(line: bytes | str, path: Path, row: int, column: str) -> str:
 
 def read_texts(path: Path, column: str) -> list[str]:
     """Every document's text in a shard, in order (a bad JSON line fails naming it)."""
-    if path.suffix in PARQUET:
+    if path.suffix in PARQUET + ARROW:
         try:
-            texts = pq.read_table(path, columns=[column]).column(column).to_pylist()
-        except (OSError, pa.ArrowException) as error:
+            if path.suffix in PARQUET:
+                texts = pq.read_table(path, columns=[column]).column(column).to_pylist()
+            else:
+                texts = _arrow_table(path).column(column).to_pylist()
+        except (OSError, pa.ArrowException, KeyError) as error:
             raise ShardError(f"shard {path} could not be read: {error}") from None
         for row, text in enumerate(texts):
             if not isinstance(text, str):

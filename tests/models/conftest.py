@@ -13,9 +13,6 @@ import pytest
 
 from kiln.models.data import ImageClassificationData, TextClassificationData
 from kiln.models.hf import TINY_TEXT
-from kiln.models.testing import tiny_model
-
-__all__ = ["tiny_data", "tiny_model"]
 
 
 @pytest.fixture(scope="session", autouse=True)

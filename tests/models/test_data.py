@@ -3,7 +3,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_data, tiny_model
+from conftest import tiny_data
 
 from kiln.models.data import (
     IGNORE_INDEX,
@@ -12,6 +12,7 @@ from kiln.models.data import (
     TextClassificationData,
     generate_sentiment,
 )
+from kiln.models.testing import tiny_model
 
 
 def test_generated_sentiment_is_deterministic_and_balanced():

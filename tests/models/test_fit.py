@@ -4,10 +4,10 @@ is the test kit's, ``test_models.py``)."""
 from functools import partial
 
 import torch
-from conftest import tiny_model
 from trainers import trainer_config
 
 from kiln.core import CompileConfig, fit
+from kiln.models.testing import tiny_model
 
 _trainer = partial(trainer_config, max_steps=1, limit_val_batches=1)
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_model
 from torch.utils.data import DataLoader, default_collate
 
 from kiln.core import TrainerConfig, fit
 from kiln.models.module import at_least_fp32
+from kiln.models.testing import tiny_model
 
 NEW_TASKS = ["bert-tiny-mlm", "bert-tiny-qa", "t5-tiny-seq2seq", "bart-tiny-seq2seq"]
 NEW_TASKS += ["bert-tiny-token-cls"]

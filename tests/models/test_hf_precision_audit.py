@@ -6,10 +6,10 @@ layer norm compute in float32 whatever their input (without it the audit names t
 from __future__ import annotations
 
 import pytest
-from conftest import tiny_model
 
 import kiln.models.hf
 from kiln.core import precision_audit
+from kiln.models.testing import tiny_model
 
 # T5's relative-position buckets are integers the model defines through float32 arithmetic
 # (transformers' _relative_position_bucket); float64 could move a boundary, so they stay.

@@ -4,11 +4,11 @@ of the module, real weights and the real batch, attention mask included)."""
 import copy
 
 import pytest
-from conftest import tiny_model
 from torch.utils.flop_counter import FlopCounterMode
 
 from kiln.core import TrainerConfig, fit
 from kiln.core.telemetry.flops import count_micro_batch_flops
+from kiln.models.testing import tiny_model
 
 
 def _real_step_flops(module, batch) -> int:

@@ -1,10 +1,10 @@
 import pytest
 import timm
 import torch
-from conftest import tiny_model
 
 import kiln.models as km
 from kiln.models.data import ImageClassificationData
+from kiln.models.testing import tiny_model
 from kiln.models.vision import TINY_RESNET
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_model
 from grads import Grads, assert_same_steps
 from test_float64 import build, rows
 from torch.utils.data import DataLoader
@@ -18,6 +17,7 @@ from trainers import trainer_config
 import kiln.models as km
 from kiln.core import TrainerConfig, fit, launch
 from kiln.core.blocks import repeated_blocks
+from kiln.models.testing import tiny_model
 
 
 def vit(data: list[dict]):

@@ -97,8 +97,11 @@ def machine_markdown(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 def machine_figure(records: Sequence[tuple[str, dict[str, Any]]]) -> Any:
     """Step times and the machine series of each named run against the optimizer step."""
+    from kiln.experiments.report.labels import differing_labels
     from kiln.experiments.report.plots import _legend_outside, _pyplot
 
+    labels, _ = differing_labels([name for name, _ in records], sep=", ")
+    records = [(label, record) for label, (_, record) in zip(labels, records, strict=True)]
     plt = _pyplot()
     panels = [p for p in PANELS if any(_series(r).get(p[0]) for _, r in records)]
     fig, axes = plt.subplots(

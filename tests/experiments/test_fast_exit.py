@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 INTERRUPTED = """
 import atexit, sys
 import torch._dynamo  # its exit handler imports tabulate, which runs code from strings
@@ -34,3 +36,31 @@ def test_an_interrupted_command_dies_by_sigint_after_its_exit_handlers(tmp_path:
     assert proc.returncode == -signal.SIGINT, proc.stderr
     assert marker.read_text() == "ran"
     assert "KeyboardInterrupt" in proc.stderr  # the traceback, as the interpreter prints it
+
+
+STOPPED_COMMAND = """
+import sys
+import torch._dynamo  # as a loaded model brings it: its exit handler imports tabulate
+import kiln.experiments.{name}.cli as cli
+
+def stopped(*args):
+    raise KeyboardInterrupt  # Ctrl-C while the command works
+
+cli.{work} = stopped
+cli.main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "work", "args"),
+    [("eval", "run_eval", ["checkpoint"]), ("export", "export", ["checkpoint", "out"])],
+)
+def test_kiln_eval_and_export_die_by_sigint_when_interrupted(
+    name: str, work: str, args: list[str]
+) -> None:
+    """Without their own ending, both exit 1 (the interpreter loses the interrupt)."""
+    code = textwrap.dedent(STOPPED_COMMAND).format(name=name, work=work)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == -signal.SIGINT, proc.stderr

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kiln.experiments.jobs.fast_exit import end_interrupted
 from kiln.experiments.jobs.trained_model import EXPORT_FILE
 from kiln.experiments.settings.job_info import TRAIN
 
@@ -130,6 +131,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         summary = run_eval(args.source, args.split, args.limit_batches, args.out, args.wandb_mode)
+    except KeyboardInterrupt as interrupt:
+        end_interrupted(interrupt)
     except (FileNotFoundError, ValueError, NotImplementedError) as err:
         print(f"kiln-eval: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from kiln.experiments.jobs.fast_exit import end_interrupted
 from kiln.experiments.jobs.trained_model import EXPORT_FILE
 
 
@@ -55,6 +56,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         out = export(args.source, args.out_dir)
+    except KeyboardInterrupt as interrupt:
+        end_interrupted(interrupt)
     except (FileNotFoundError, ValueError, NotImplementedError) as err:
         print(f"kiln-export: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -27,9 +27,7 @@ def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor,
     return nll.view(labels.shape), labels != IGNORE_INDEX
 
 
-def next_token_nll(
-    logits: torch.Tensor, labels: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+def next_token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`token_nll` of a causal LM: ``logits`` (B, L, V) at position i predict
     ``labels`` at i + 1. Both (B, L - 1).
 

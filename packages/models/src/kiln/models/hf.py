@@ -33,8 +33,8 @@ from kiln.models.tokens import (
     count_padding,
     count_tokens,
     mean_token_loss,
+    next_token_nll,
     perplexity,
-    token_nll,
 )
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -404,8 +404,7 @@ class HFCausalLM(HFModule):
 
     def token_nll(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token NLL (0 where ignored) and the mask of counted tokens, both (B, L-1)."""
-        logits = self.model(**self.model_inputs(batch)).logits[:, :-1]
-        return token_nll(logits, batch["labels"][:, 1:])
+        return next_token_nll(self.model(**self.model_inputs(batch)).logits, batch["labels"])
 
     def loss_and_count(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         return mean_token_loss(*self.token_nll(batch))

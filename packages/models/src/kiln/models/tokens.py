@@ -20,10 +20,23 @@ from kiln.models.module import at_least_fp32
 def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token NLL of ``logits`` (B, L, V) at ``labels`` (B, L), 0 where a label is -100,
     and the mask of counted tokens."""
-    nll = F.cross_entropy(
-        at_least_fp32(logits).transpose(1, 2), labels, ignore_index=IGNORE_INDEX, reduction="none"
-    )
-    return nll, labels != IGNORE_INDEX
+    # (B*L, V) rows, not (B, V, L): on the CPU a log-softmax over a transposed (or sliced)
+    # class dim copies the logits and runs several times slower, backward included
+    flat = at_least_fp32(logits).reshape(-1, logits.shape[-1])
+    nll = F.cross_entropy(flat, labels.reshape(-1), ignore_index=IGNORE_INDEX, reduction="none")
+    return nll.view(labels.shape), labels != IGNORE_INDEX
+
+
+def next_token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`token_nll` of a causal LM: ``logits`` (B, L, V) at position i predict
+    ``labels`` at i + 1. Both (B, L - 1).
+
+    The labels shift, not the logits: slicing the logits would copy them (and their
+    gradient) once more, a large share of a small model's step on the CPU.
+    """
+    shifted = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
+    nll, counted = token_nll(logits, shifted)
+    return nll[:, :-1], counted[:, :-1]
 
 
 def mean_token_loss(nll: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 import traceback
+from typing import NoReturn
 
 from kiln.experiments.upstream_internals import run_exit_handlers
 
@@ -44,7 +45,7 @@ def end_process() -> None:
     os._exit(0)
 
 
-def end_interrupted(interrupt: KeyboardInterrupt) -> None:
+def end_interrupted(interrupt: KeyboardInterrupt) -> NoReturn:
     """End a command that ``KeyboardInterrupt`` stopped as the interpreter ends one: the
     traceback, the exit handlers, then death by SIGINT, which tells a shell or a launcher
     that the command was interrupted (status -2, or 130 in a shell).
@@ -61,3 +62,4 @@ def end_interrupted(interrupt: KeyboardInterrupt) -> None:
     _flush()
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGINT)
+    raise interrupt  # not reached: the signal ends the process

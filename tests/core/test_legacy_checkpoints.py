@@ -1,6 +1,7 @@
 """A run directory of the earlier release, whose checkpoints are one ``torch.save`` file each
 (``data/legacy_run``: ``test_resume``'s toy, 4 steps, written by kiln at be27e23), still
-resumes: ``resume='auto'`` continues it bit for bit as an uninterrupted run, and its next
+resumes: ``resume='auto'`` continues it bit for bit as an uninterrupted run (on a CPU that
+computes its first steps as the one that wrote it did; elsewhere to rounding), and its next
 checkpoints are the directories every strategy reads. Its weights load into a plain module
 (kiln-export, kiln-eval), and an FSDP run is told which strategy resumes it."""
 
@@ -39,14 +40,31 @@ def test_a_run_of_the_earlier_release_resumes_as_an_uninterrupted_run(legacy, tm
 
     plain = ToyTokenModule(**MODULE_KW)
     uninterrupted = fit(plain, trainer(tmp_path / "plain", STEPS))
-    assert_same_weights(weights(module), weights(plain))
-    assert losses(result)[-4:] == losses(uninterrupted)[-4:]
+    if _computes_as_the_fixtures_machine(tmp_path):
+        assert_same_weights(weights(module), weights(plain))
+        assert losses(result)[-4:] == losses(uninterrupted)[-4:]
+    else:  # the same steps, rounded as this CPU's kernels round: equal to rounding only
+        for key, value in weights(plain).items():
+            torch.testing.assert_close(weights(module)[key], value, rtol=1e-5, atol=1e-6)
+        got, want = losses(result)[-4:], losses(uninterrupted)[-4:]
+        assert [step for step, _ in got] == [step for step, _ in want]
+        assert [loss for _, loss in got] == pytest.approx([loss for _, loss in want], rel=1e-5)
     # the run goes on in the format every strategy reads; keep_last_k=2 pruned the old files
     assert sorted(p.name for p in (legacy / "ckpt").glob("step-*")) == [
         "step-00000006.ckpt",
         "step-00000008.ckpt",
     ]
     assert (legacy / "ckpt" / "step-00000008.ckpt" / ".metadata").is_file()
+
+
+def _computes_as_the_fixtures_machine(tmp_path: Path) -> bool:
+    """Whether 4 steps here give the fixture's step-4 weights bit for bit. Its run was made
+    on another CPU; one whose kernels round differently (an AMD EPYC did, by 6e-8) cannot
+    continue it bit for bit, only as exactly as its own arithmetic allows."""
+    module = ToyTokenModule(**MODULE_KW)
+    fit(module, trainer(tmp_path / "four", 4))
+    saved = torch.load(LEGACY / "ckpt" / "step-00000004.ckpt", weights_only=True)["model"]
+    return all(torch.equal(value, saved[key]) for key, value in weights(module).items())
 
 
 def test_its_weights_load_into_a_plain_module(legacy) -> None:

@@ -14,6 +14,8 @@ process of its own (``scripts/peers/lm_kiln_job.py`` in kiln's environment,
 - ``kiln-padded``: one piece a row, padded to ``--max-length``;
 - ``kiln-packed``: pieces packed into full rows (``data.packing=true``'s packer and mask);
 - ``kiln-packed-compile``: the same under ``torch.compile``;
+- ``kiln-packed-graphs``: the same under ``torch.compile`` mode ``reduce-overhead`` (CUDA
+  graphs over the fixed packed shapes; ``--accelerator cuda`` only);
 - ``hf``: HF Trainer, dynamic padding (each batch to its longest piece) + ``group_by_length``;
 - ``hf-flat``: HF Trainer with its padding-free ``DataCollatorWithFlattening`` (exact here:
   transformers builds the block-diagonal SDPA mask from the restarting positions);
@@ -29,6 +31,10 @@ medians over rounds, each kiln variant's tokens/s over each peer's with the pair
 
     uv run --frozen --all-packages python scripts/bench_peers_lm.py --rounds 2
     uv run --frozen --all-packages python scripts/bench_peers_lm.py --smoke   # tiny, seconds
+    # a GPU without network (scripts/gpu_check.sh lm): every job on CUDA in bf16 AMP, the
+    # peers under the machine's own python3
+    python3 scripts/bench_peers_lm.py --accelerator cuda --precision bf16-mixed \
+        --peer-python python3
 """
 
 from __future__ import annotations
@@ -49,9 +55,10 @@ from bench_peers import job_env, peer_env, versions
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = ROOT / "scripts" / "peers"
-KILN = ("kiln-padded", "kiln-packed", "kiln-packed-compile")
+KILN = ("kiln-padded", "kiln-packed", "kiln-packed-compile", "kiln-packed-graphs")
 OTHERS = ("hf", "hf-flat", "lightning")
 VARIANTS = KILN + OTHERS
+CUDA_ONLY = ("kiln-packed-graphs",)  # compile mode reduce-overhead: CUDA graphs
 
 
 def corpus_dir() -> Path:
@@ -117,6 +124,8 @@ def prepare(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         "lr": args.lr,
         "seed": args.seed,
         "pad_id": tokenizer.pad_token_id,
+        "accelerator": args.accelerator,
+        "precision": args.precision,
     }
     (work / "job.json").write_text(json.dumps(job))
     counted = sum(len(p) - 1 for p in train)
@@ -207,7 +216,8 @@ def report(results: dict[str, list[dict[str, Any]]], budget: float, info: dict[s
     return "\n".join(lines)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """The options, and the variants to run (checked against the accelerator)."""
     parser = argparse.ArgumentParser(description="kiln against HF and Lightning on a causal LM")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved runs per variant")
     parser.add_argument("--train-tokens", type=int, default=60_000, help="training tokens")
@@ -218,24 +228,45 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--only", default=",".join(VARIANTS), help="comma-separated variants")
+    parser.add_argument("--only", default=None, help="comma-separated variants (default: all)")
+    parser.add_argument("--accelerator", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument(
+        "--precision", choices=("32-true", "bf16-mixed"), default="32-true",
+        help="every variant's (bf16-mixed: autocast, fp32 weights)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--peer-python", type=Path, default=None,
+        help="run the peers under this interpreter (it has transformers, datasets, lightning "
+        "and accelerate) instead of building their environment (which needs a package index)",
+    )  # fmt: skip
     parser.add_argument("--smoke", action="store_true", help="a tiny setting: seconds, one round")
     parser.add_argument(
         "--env-dir", type=Path, default=Path.home() / ".cache" / "kiln-bench-peers",
         help="where the peers' environment is built (once; bench_peers.py's)",
     )  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the runs' figures here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.smoke:
         args.rounds, args.train_tokens, args.val_tokens = 1, 3_000, 500
         args.max_length, args.layers, args.hidden = 64, 1, 64
-    chosen = [v.strip() for v in args.only.split(",") if v.strip()]
-    if bad := [v for v in chosen if v not in VARIANTS]:
-        parser.error(f"--only: unknown variant(s) {bad}; choose from {', '.join(VARIANTS)}")
+    offered = [v for v in VARIANTS if args.accelerator == "cuda" or v not in CUDA_ONLY]
+    chosen = [v.strip() for v in (args.only or ",".join(offered)).split(",") if v.strip()]
+    if bad := [v for v in chosen if v not in offered]:
+        parser.error(
+            f"--only: {bad} not offered with --accelerator {args.accelerator}; choose from "
+            f"{', '.join(offered)}" + (" (CUDA graphs need --accelerator cuda)"
+                                      if set(bad) & set(CUDA_ONLY) else "")
+        )  # fmt: skip
     if args.rounds < 1 or args.hidden % 64:
         parser.error("--rounds must be >= 1 and --hidden a multiple of 64")
+    return args, chosen
 
-    peer_python = peer_env(args.env_dir) if set(chosen) & set(OTHERS) else Path(sys.executable)
+
+def main() -> None:
+    args, chosen = parse_args()
+    peer_python = Path(sys.executable)
+    if set(chosen) & set(OTHERS):
+        peer_python = args.peer_python or peer_env(args.env_dir)
     load_start = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="kiln-peers-lm-"))
     try:

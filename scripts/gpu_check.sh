@@ -5,6 +5,7 @@
 #   scripts/gpu_check.sh suites     # the PyTorch 2 suites' subset instead (see below)
 #   scripts/gpu_check.sh all        # both, one after the other
 #   scripts/gpu_check.sh quick      # what fits a 15-minute lease (issues 30 and 31's paths)
+#   scripts/gpu_check.sh lm         # the causal-LM peers benchmark on CUDA (about 10 minutes)
 #
 # Covers reduce-overhead (CUDA graphs), 16-mixed (fp16 AMP with its GradScaler), bf16-mixed
 # and max-autotune; each job checks loss and gradients against eager. With 2+ GPUs, an FSDP
@@ -24,8 +25,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART="${1:-core}"
-case "$PART" in core|suites|all|quick) ;;
-    *) echo "gpu_check: unknown part '$PART'; use core, suites, all or quick"; exit 2;; esac
+case "$PART" in core|suites|all|quick|lm) ;;
+    *) echo "gpu_check: unknown part '$PART'; use core, suites, all, quick or lm"; exit 2;; esac
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
     echo "gpu_check: no CUDA GPU here (nvidia-smi finds none); skipping"
@@ -128,6 +129,27 @@ quick() {
 if [[ "$PART" == quick ]]; then
     quick
     echo "gpu_check: quick part in $OUT (exit status $status)"
+    exit "$status"
+fi
+
+# `lm`: issue 31's causal-LM benchmark (scripts/bench_peers_lm.py) on CUDA in bf16 AMP: a corpus
+# written from this interpreter's own site-packages (no package index or hub needed), then
+# every variant, the peers under the same interpreter. Not run on a GPU yet.
+lm() {
+    local corpus="$OUT/corpus" purelib
+    purelib="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    timeout 180 "$PY" scripts/make_corpus.py --source "$purelib" --out "$corpus" \
+        --max-documents 4000 || return 1
+    # 10x the CPU default's tokens: a GPU step of this 3M-parameter model takes milliseconds,
+    # so a run of 60k tokens would be all start-up and compilation; 7 variants x 2 rounds of
+    # 600k tokens should fit the 8 minutes
+    KILN_CORPUS="$corpus" timeout 480 "$PY" scripts/bench_peers_lm.py --accelerator cuda \
+        --precision bf16-mixed --peer-python "$PY" --rounds 2 --train-tokens 600000 \
+        --json "$OUT/lm.json"
+}
+if [[ "$PART" == lm ]]; then
+    lm || status=1
+    echo "gpu_check: lm part in $OUT (exit status $status)"
     exit "$status"
 fi
 

@@ -1,6 +1,6 @@
 """The causal-LM benchmark's kiln jobs: kiln's ``fit`` on the pieces ``bench_peers_lm.py``
 prepared, as ``lm_peer_job.py`` trains them (one epoch, AdamW fused without weight decay,
-constant learning rate, no clipping, fp32, the CPU).
+constant learning rate, no clipping, on ``job.json``'s accelerator and precision).
 
     python lm_kiln_job.py WORK_DIR OUT_DIR VARIANT
 
@@ -8,6 +8,7 @@ constant learning rate, no clipping, fp32, the CPU).
 - ``kiln-packed``: the pieces packed into rows of ``max_length`` (``pack_documents``, policy
   ``whole``: no piece is split again, so the same tokens are counted).
 - ``kiln-packed-compile``: the same, under ``torch.compile`` (inductor, default mode).
+- ``kiln-packed-graphs``: the same, compile mode ``reduce-overhead`` (CUDA graphs).
 
 Training batches keep kiln's fixed shape (``drop_last``): a short last batch is dropped, which
 the benchmark's common token budget (the fewest any variant trained) never reaches.
@@ -23,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-VARIANTS = ("kiln-padded", "kiln-packed", "kiln-packed-compile")
+VARIANTS = ("kiln-padded", "kiln-packed", "kiln-packed-compile", "kiln-packed-graphs")
+COMPILE_MODES = {"kiln-packed-compile": "default", "kiln-packed-graphs": "reduce-overhead"}
 
 
 def padded_rows(pieces: list[list[int]], length: int, pad_id: int) -> list[dict[str, Any]]:
@@ -56,15 +58,20 @@ class Trace:
     """(seconds since the first step began, real tokens so far) after every step: kiln's
     hooks, called once per micro-batch (no accumulation: once per step)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cuda: bool) -> None:
         self.start: float | None = None
         self.points: list[list[float]] = []
+        self.cuda = cuda  # a step has ended when its kernels have, not when they were queued
 
     def on_fit_start(self) -> None:
         self.start = time.perf_counter()
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         assert self.start is not None
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
         done = self.points[-1][1] if self.points else 0
         tokens = int((batch["labels"][:, 1:] != -100).sum())
         self.points.append([time.perf_counter() - self.start, done + tokens])
@@ -98,12 +105,14 @@ def main() -> None:
     )
     module.val_dataloader = lambda: None  # pyright: ignore[reportAttributeAccessIssue]
     steps = len(rows) // batch
+    accelerator = job.get("accelerator", "cpu")
     trainer = TrainerConfig(
-        accelerator="cpu", precision="32-true", max_steps=steps, seed=job["seed"],
-        log_every_n_steps=steps, progress=False, checkpoint_dir=None,
+        accelerator=accelerator, precision=job.get("precision", "32-true"), max_steps=steps,
+        seed=job["seed"], log_every_n_steps=steps, progress=False, checkpoint_dir=None,
     )  # fmt: skip
-    compiled = CompileConfig(mode="default") if variant.endswith("compile") else None
-    trace = Trace()
+    mode = COMPILE_MODES.get(variant)
+    compiled = CompileConfig(mode=mode) if mode else None
+    trace = Trace(cuda=accelerator == "cuda")
     result = fit(module, trainer, compiled, callbacks=[trace])
     out.mkdir(parents=True, exist_ok=True)
     module.model.save_pretrained(out / "model")

@@ -5,7 +5,8 @@
 ``WORK_DIR`` is what ``bench_peers_lm.py`` prepared (``job.json``, ``pieces.json``: the
 training pieces as token ids, ``model/``: the starting weights). Each variant trains one
 epoch over the same pieces with AdamW (fused, no weight decay, constant learning rate, no
-clipping), fp32, on the CPU, then saves its weights to ``OUT_DIR/model`` and
+clipping), on ``job.json``'s accelerator and precision, then saves its weights to
+``OUT_DIR/model`` and
 ``OUT_DIR/result.json``: ``trace``, after every optimizer step the seconds since the first
 step began and the real tokens (labels the loss counts) trained so far.
 
@@ -44,9 +45,10 @@ def real_tokens(labels: Any) -> int:
 class Trace:
     """(seconds since the first step began, real tokens so far) after every step."""
 
-    def __init__(self) -> None:
+    def __init__(self, cuda: bool) -> None:
         self.start: float | None = None
         self.points: list[list[float]] = []
+        self.cuda = cuda  # a step has ended when its kernels have, not when they were queued
 
     def begin(self) -> None:
         if self.start is None:
@@ -54,6 +56,10 @@ class Trace:
 
     def end(self, tokens: int) -> None:
         assert self.start is not None
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
         done = self.points[-1][1] if self.points else 0
         self.points.append([time.perf_counter() - self.start, done + tokens])
 
@@ -91,7 +97,7 @@ def train_hf(variant: str, work: Path, out: Path, job: dict[str, Any], pieces: A
 
     model = AutoModelForCausalLM.from_pretrained(work / "model", attn_implementation="sdpa")
     flat = variant == "hf-flat"
-    trace, collated = Trace(), []
+    trace, collated = Trace(cuda=job.get("accelerator") == "cuda"), []
     # batches are collated in training order, but the loader may run one ahead of the steps
     inner = DataCollatorWithFlattening() if flat else pad_collate(job["pad_id"])
 
@@ -117,7 +123,8 @@ def train_hf(variant: str, work: Path, out: Path, job: dict[str, Any], pieces: A
         max_grad_norm=0.0,
         optim="adamw_torch_fused",
         train_sampling_strategy="random" if flat else "group_by_length",
-        use_cpu=True,
+        use_cpu=job.get("accelerator", "cpu") == "cpu",
+        bf16=job.get("precision") == "bf16-mixed",
         report_to="none",
         save_strategy="no",
         eval_strategy="no",
@@ -144,7 +151,7 @@ def train_lightning(work: Path, out: Path, job: dict[str, Any], pieces: Any) -> 
     from torch.utils.data import DataLoader
     from transformers import AutoModelForCausalLM
 
-    trace = Trace()
+    trace = Trace(cuda=job.get("accelerator") == "cuda")
 
     class LM(L.LightningModule):
         def __init__(self) -> None:
@@ -175,7 +182,8 @@ def train_lightning(work: Path, out: Path, job: dict[str, Any], pieces: Any) -> 
         collate_fn=pad_collate(job["pad_id"]),
     )
     trainer = L.Trainer(
-        accelerator="cpu",
+        accelerator=job.get("accelerator", "cpu"),
+        precision=job.get("precision", "32-true"),
         devices=1,
         max_epochs=1,
         logger=False,

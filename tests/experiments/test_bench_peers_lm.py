@@ -83,3 +83,32 @@ def test_the_kiln_variants_train_the_same_tokens_and_print_the_table(tmp_path):
     packed, compiled = results["kiln-packed"][0], results["kiln-packed-compile"][0]
     assert packed["val_loss"] == pytest.approx(compiled["val_loss"], rel=1e-4)
     assert all(results[v][0]["padding_fraction"] is not None for v in results)
+
+
+def test_cuda_graphs_are_offered_on_cuda_only(capsys):
+    _, chosen = bench_peers_lm.parse_args([])
+    assert "kiln-packed-graphs" not in chosen and "kiln-packed-compile" in chosen
+    _, chosen = bench_peers_lm.parse_args(["--accelerator", "cuda"])
+    assert "kiln-packed-graphs" in chosen
+    with pytest.raises(SystemExit):
+        bench_peers_lm.parse_args(["--only", "kiln-packed-graphs"])
+    assert "CUDA graphs need --accelerator cuda" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # two trainings in processes of their own
+def test_the_precision_reaches_kiln_and_a_peer_run_under_a_given_interpreter(tmp_path):
+    """``--peer-python``: no peers' environment is built (a machine without a package index),
+    the peer runs under the interpreter given; both variants train in bf16 AMP."""
+    corpus = write_tiny_corpus(tmp_path / "corpus")
+    out = tmp_path / "lm.json"
+    env = {**os.environ, "KILN_CORPUS": str(corpus)}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_peers_lm.py"), "--smoke",
+         "--only", "kiln-packed,lightning", "--precision", "bf16-mixed",
+         "--peer-python", sys.executable, "--env-dir", str(tmp_path / "no-env"),
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=1500, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not (tmp_path / "no-env").exists()
+    assert json.loads(out.read_text())["info"]["precision"] == "bf16-mixed"

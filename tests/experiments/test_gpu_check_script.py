@@ -24,7 +24,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 def test_an_unknown_part_is_refused_naming_the_valid_ones():
     proc = _run("suite")
     assert proc.returncode == 2
-    assert "unknown part 'suite'; use core, suites, all or quick" in proc.stdout
+    assert "unknown part 'suite'; use core, suites, all, quick or lm" in proc.stdout
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU machine runs it")

@@ -57,8 +57,7 @@ def _validation_outputs(ctx: Context) -> dict[str, list[torch.Tensor]]:
                 torch.compiler.cudagraph_mark_step_begin()
             out = call_step_hook(ctx.fabric, ctx.model, "validation_step", batch, i)
             for key, value in out.items():
-                # a copy: under CUDA graphs (reduce-overhead) the next batch's replay
-                # overwrites this batch's output in place
-                outputs[key].append(value.detach().clone())
+                # under CUDA graphs the next batch's replay overwrites this batch's outputs
+                outputs[key].append(value.detach().clone() if ctx.cuda_graphs else value.detach())
     ctx.model.train()
     return outputs

@@ -153,29 +153,25 @@ def markdown(pairs: list[ProfilePair]) -> list[str]:
     ]
     for pair in pairs:
         a, b = _breakdown(pair.base) or {}, _breakdown(pair.other) or {}
-        lines += ["", f"### {pair.title}", "", "| | base ms/step | other ms/step | other/base |"]
-        lines.append("|---|---|---|---|")
-        for category, x, y in [*categories(pair), ("step", a["step_ms"], b["step_ms"])]:
-            ratio = f"{y / x:.2f}" if x else "-"
-            lines.append(f"| {category} | {x:.2f} | {y:.2f} | {ratio} |")
+        lines += ["", f"### {pair.title}", ""]
+        lines += _ms_table([*categories(pair), ("step", a["step_ms"], b["step_ms"])])
         lines.append(f"| ops/step | {a['ops_per_step']:.0f} | {b['ops_per_step']:.0f} | |")
         gpu = categories(pair, "device_ms")
         if gpu:  # CUDA: the kernels' own time, which the host's clock overlaps
-            lines += [
-                "",
-                "GPU kernels by category:",
-                "",
-                "| | base ms/step | other ms/step | other/base |",
-            ]
-            lines.append("|---|---|---|---|")
             total = ("all kernels", sum(x for _, x, _ in gpu), sum(y for _, _, y in gpu))
-            for category, x, y in [*gpu, total]:
-                ratio = f"{y / x:.2f}" if x else "-"
-                lines.append(f"| {category} | {x:.2f} | {y:.2f} | {ratio} |")
+            lines += ["", "GPU kernels by category:", "", *_ms_table([*gpu, total])]
             lines.append(
                 f"| kernels/step | {a.get('kernels_per_step') or 0:.0f} | "
                 f"{b.get('kernels_per_step') or 0:.0f} | |"
             )
+    return lines
+
+
+def _ms_table(rows: list[tuple[str, float, float]]) -> list[str]:
+    """A markdown table of ``(name, base ms, other ms)`` rows and their ratio."""
+    lines = ["| | base ms/step | other ms/step | other/base |", "|---|---|---|---|"]
+    for name, x, y in rows:
+        lines.append(f"| {name} | {x:.2f} | {y:.2f} | {f'{y / x:.2f}' if x else '-'} |")
     return lines
 
 

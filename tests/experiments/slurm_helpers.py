@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import time
@@ -70,6 +72,54 @@ def wait_for_restarts(sweep: subprocess.Popen, job_id: str, restarts: int) -> No
 def wait_for_step(sweep: subprocess.Popen, sweep_dir: Path, step: int) -> str:
     """Wait until the job's task log shows ``step``; returns the SLURM job id."""
     return wait_for_log(sweep, sweep_dir, f"step {step}/")
+
+
+def task_pids(sweep_dir: Path, count: int) -> list[int]:
+    """The job's ``count`` task processes (submitit's entry with this sweep's folder), on every
+    node (the nodes' namespaces share this machine's ``/proc``)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        task = b"submitit.core._submit" in cmdline and not cmdline[0].endswith(b"srun")
+        if task and str(sweep_dir).encode() in cmdline[-2]:
+            pids.append(int(proc.name))
+    assert len(pids) == count, pids
+    return pids
+
+
+def _pending(pid: int, signum: int) -> bool:
+    """Whether ``signum`` waits in process ``pid`` (sent to it or to one of its threads)."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    masks = [int(line.split()[1], 16) for line in lines if line.startswith(("ShdPnd", "SigPnd"))]
+    return any(mask >> (signum - 1) & 1 for mask in masks)
+
+
+def signal_at_step(
+    sweep: subprocess.Popen, sweep_dir: Path, step: int, tasks: int, how: tuple[str, ...] = ()
+) -> str:
+    """``scancel --signal=USR2 <how>`` to the job once its rank-0 log shows ``step``, received
+    mid-run: the job's ``tasks`` processes are held (SIGSTOP) until the signal waits in each of
+    them, then go on (SIGCONT). A tiny job's step takes about 10 ms, less than scancel's trip
+    through slurmctld and slurmd: unheld, the job could end before the signal came (CI saw
+    it once). Returns the SLURM job id."""
+    job_id = wait_for_step(sweep, sweep_dir, step)
+    pids = task_pids(sweep_dir, tasks)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        subprocess.run(["scancel", "--signal=USR2", *how, job_id], check=True, timeout=60)
+        deadline = time.monotonic() + 120
+        while not all(_pending(pid, signal.SIGUSR2) for pid in pids):
+            assert time.monotonic() < deadline, f"USR2 never reached the tasks {pids}"
+            time.sleep(0.05)
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    return job_id
 
 
 def start_sweep(

@@ -13,7 +13,15 @@ import sys
 import time
 
 import pytest
-from slurm_helpers import end, start_sweep, task_logs, task_results, wait_for_log, wait_for_step
+from slurm_helpers import (
+    end,
+    job_field,
+    signal_at_step,
+    start_sweep,
+    task_logs,
+    task_results,
+    wait_for_log,
+)
 from train_helpers import explain, job_dirs, run_train, summary
 
 from kiln.experiments.tracking import wandb_files
@@ -130,7 +138,7 @@ def test_usr2_requeues_the_job_which_resumes_exactly_in_one_wandb_run(tmp_path):
     mid-run: kiln checkpoints at the next step boundary (none is due before the end),
     submitit requeues the job, which resumes from that step into its directory and W&B run
     and ends as an uninterrupted run does."""
-    steps = 12
+    steps = 40
     args = [
         "trainer.accelerator=cpu",
         "debug=fast",
@@ -143,10 +151,10 @@ def test_usr2_requeues_the_job_which_resumes_exactly_in_one_wandb_run(tmp_path):
         "trainer.threads_per_rank=1",
     ]
     sweep, sweep_dir = start_sweep(tmp_path, args)
-    job_id = wait_for_step(sweep, sweep_dir, 2)
-    subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=60)
+    job_id = signal_at_step(sweep, sweep_dir, 2, tasks=1)
     sweep.wait(timeout=1500)
     assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
+    assert job_field(job_id, "Restarts") == "1"
     job_dir = sweep_dir / "0"
     record = summary(job_dir)
     assert record["status"] == "ok" and record["global_step"] == steps

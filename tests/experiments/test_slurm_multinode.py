@@ -27,8 +27,10 @@ from checkpoint_files import saved_state
 from slurm_helpers import (
     end,
     job_field,
+    signal_at_step,
     start_sweep,
     task_logs,
+    task_pids,
     task_results,
     wait_for_log,
     wait_for_restarts,
@@ -63,7 +65,7 @@ pytestmark = [
     ),
 ]
 
-STEPS = 12
+STEPS = 24
 # the same job on any launcher: float64, a few steps, a loss logged at every step
 JOB = [
     "trainer.accelerator=cpu",
@@ -218,12 +220,6 @@ def check_requeued_job(
     return attempts
 
 
-def _signal_at_step(sweep: subprocess.Popen, sweep_dir: Path, step: int, how: list[str]) -> str:
-    job_id = wait_for_step(sweep, sweep_dir, step)
-    subprocess.run(["scancel", "--signal=USR2", *how, job_id], check=True, timeout=60)
-    return job_id
-
-
 def test_usr2_to_every_process_or_to_the_batch_shell_requeues_once_each_time(
     two_nodes_one_task_each, tmp_path
 ):
@@ -244,8 +240,8 @@ def test_usr2_to_every_process_or_to_the_batch_shell_requeues_once_each_time(
     wait_for_restarts(sweep, job_id, 1)
     # mid-run: to every process, to the batch shell
     at = 2
-    for restarts, how in enumerate([["--full"], ["--batch"]], start=2):
-        assert _signal_at_step(sweep, sweep_dir, at, how) == job_id
+    for restarts, how in enumerate([("--full",), ("--batch",)], start=2):
+        assert signal_at_step(sweep, sweep_dir, at, tasks=2, how=how) == job_id
         wait_for_restarts(sweep, job_id, restarts)
         at = summary(job_dir)["attempts"][-1]["at_step"] + 2
     end(sweep, timeout=1500)
@@ -263,21 +259,6 @@ def test_usr2_to_every_process_or_to_the_batch_shell_requeues_once_each_time(
     assert "sacct" not in output.replace("so no sacct", ""), output[-6000:]
 
 
-def _task_pids(sweep_dir: Path) -> list[int]:
-    """The job's task processes (submitit's entry with this sweep's folder), on both nodes."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-        except (OSError, ValueError):
-            continue
-        task = b"submitit.core._submit" in cmdline and not cmdline[0].endswith(b"srun")
-        if task and str(sweep_dir).encode() in cmdline[-2]:
-            pids.append(int(proc.name))
-    assert len(pids) == 2, pids
-    return pids
-
-
 def test_a_job_preempted_by_a_higher_priority_partition_checkpoints_requeues_and_resumes(
     two_nodes_one_task_each, tmp_path
 ):
@@ -292,8 +273,8 @@ def test_a_job_preempted_by_a_higher_priority_partition_checkpoints_requeues_and
     sweep, sweep_dir = start_sweep(tmp_path, args, partition="low")
     job_id = wait_for_step(sweep, sweep_dir, 2)
     # the tasks pause (a slow step) until SLURM's preemption sends SIGCONT, then SIGTERM: the
-    # 12 tiny steps take less time than SLURM needs to schedule the high job
-    tasks = _task_pids(sweep_dir)
+    # tiny steps take less time than SLURM needs to schedule the high job
+    tasks = task_pids(sweep_dir, 2)
     for pid in tasks:
         os.kill(pid, signal.SIGSTOP)
     every_core = ["-p", "high", "-N", "2", "--ntasks-per-node=2", "-o", "/dev/null"]
@@ -472,8 +453,7 @@ def test_fsdp_across_two_nodes_is_preempted_and_resumes(
     args = [*TWO_NODES[2:], *JOB, f"trainer.devices={devices}", *fsdp]
     started = time.perf_counter()
     sweep, sweep_dir = start_sweep(tmp_path, args)
-    job_id = wait_for_step(sweep, sweep_dir, 2)
-    subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=60)
+    signal_at_step(sweep, sweep_dir, 2, tasks=ranks)
     end(sweep, timeout=1500)
     elapsed = time.perf_counter() - started
     print(f"2-node FSDP {sharding} ({ranks} ranks), preempted once: {elapsed:.0f}s")

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 from test_resume import EPOCHS_KW, assert_same_weights, epochs_trainer, losses
 from toy import ToyTokenModule, weights
 
 from kiln.core import fit, launch
 from kiln.core.distributed import stop
-from kiln.core.distributed.stop import stop_on_signals
+from kiln.core.distributed.stop import StopPoll, stop_on_signals
 
 STOP_AT = 9  # epoch 1 (7 steps per epoch), between the periodic checkpoints (every 1000)
 
@@ -132,3 +136,30 @@ def test_a_signal_on_one_of_two_ranks_stops_both_at_the_same_step(tmp_path) -> N
         _assert_stopped_then_resumed_exactly(
             tmp_path / "stopped", stopped[rank]["result"], resumed[rank], full[rank]
         )
+
+
+def poll_while_a_signal_comes(signum: int) -> list[int]:
+    """Two :class:`StopPoll` calls on each of two gloo ranks; ``signum`` reaches rank 0 while
+    its first poll waits in the all-reduce for rank 1 (late by 1.5 s), as a parent-death
+    signal does on a loaded machine. Top-level for spawned ranks: what each poll answered."""
+    torch.distributed.init_process_group("gloo")
+    try:
+        with stop_on_signals([signum]), stop.listening():
+            poll = StopPoll(SimpleNamespace(world_size=2))
+            if torch.distributed.get_rank() == 0:
+                threading.Timer(0.3, os.kill, (os.getpid(), signum)).start()
+            else:
+                time.sleep(1.5)
+            return [poll(), poll()]
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.process
+def test_a_signal_that_comes_while_the_ranks_reduce_stops_both_at_the_next_poll() -> None:
+    """The request a signal makes while its rank waits in a poll's all-reduce (its 0 already
+    sent) is not overwritten by that poll's answer: the next poll stops both ranks. Erased,
+    the ranks trained on with their job killed, and ended without a checkpoint."""
+    results = launch(poll_while_a_signal_comes, 2, int(signal.SIGUSR2))
+    assert results[0] == results[1], results  # the ranks agree at every poll
+    assert results[0][-1] == signal.SIGUSR2, results

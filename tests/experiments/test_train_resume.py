@@ -175,20 +175,16 @@ def test_a_killed_two_device_job_leaves_a_checkpoint_and_no_worker(tmp_path) -> 
     """SIGKILL to the job's process: torch's parent-death signal (one SIGINT per exiting
     thread of the killed process) stops its workers at one step boundary with a checkpoint
     there, and they end; none trains on, orphaned (the repeats once killed them mid-save, and
-    so did rank 0's W&B logging into the killed job's W&B service)."""
-    # A second attempt where the first left no checkpoint: on a loaded machine (two busy
-    # loops on this 2-core VM) the workers sometimes end without one, a known bug not yet
-    # found; every other outcome fails at once.
-    for attempt in (1, 2):
-        job_dir = tmp_path / f"job-{attempt}"
-        out, workers_ended = _kill_a_two_device_job(job_dir, tmp_path / f"log-{attempt}")
-        assert workers_ended, f"workers still running after their job was killed: {out}"
-        steps = checkpointed_steps(job_dir)
-        if steps or attempt == 2:
-            break
+    so did rank 0's W&B logging into the killed job's W&B service; on a loaded machine a
+    signal that came while a rank waited in the stop poll's all-reduce was erased by its
+    answer, and the ranks trained on: ``test_stop.py`` has that case alone)."""
+    out, workers_ended = _kill_a_two_device_job(tmp_path / "job", tmp_path / "log")
+    assert workers_ended, f"workers still running after their job was killed: {out}"
+    steps = checkpointed_steps(tmp_path / "job")
+    assert steps, out.read_text()[-4000:]
     (step,) = steps
     assert 3 <= step < STEPS, out.read_text()[-4000:]
-    assert (job_dir / "checkpoints" / f"step-{step:08d}.ckpt" / "meta.pt").is_file()
+    assert (tmp_path / "job" / "checkpoints" / f"step-{step:08d}.ckpt" / "meta.pt").is_file()
 
 
 def _kill_a_two_device_job(job_dir: Path, log_dir: Path) -> tuple[Path, bool]:

@@ -174,5 +174,9 @@ class StopPoll:
             return _REQUEST.signum
         self._flag.fill_(_REQUEST.signum)
         torch.distributed.all_reduce(self._flag, torch.distributed.ReduceOp.MAX, self.group)
-        _REQUEST.signum = int(self._flag.item())
-        return _REQUEST.signum
+        agreed = int(self._flag.item())
+        # a request taken while this rank waited here (after its 0 went out) is kept for the
+        # next poll: overwritten by this answer, it would be lost
+        if agreed:
+            _REQUEST.signum = agreed
+        return agreed

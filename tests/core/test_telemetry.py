@@ -129,6 +129,25 @@ def test_recompiles_are_counted_and_the_warning_names_the_changed_size():
     assert snapshot["compile_time_s"] > 0
 
 
+def test_recompiles_while_validating_are_counted_apart():
+    """The loop's validation runs without grad: the graph it compiles is a recompile by
+    dynamo's count, told apart (count and reason) from a recompile while training."""
+    watch = CompileWatch(threshold=8)
+    watch.start()
+    linear = torch.nn.Linear(3, 3)
+    step = torch.compile(lambda x: linear(x).sum(), backend="aot_eager", dynamic=False)
+    step(torch.randn(2, 3)).backward()
+    with watch.validating(), torch.no_grad():
+        step(torch.randn(2, 3))  # grad mode changed: a recompile, validation's
+        step(torch.randn(2, 3))  # cached: nothing more
+    step(torch.randn(4, 3)).backward()  # a new shape while training
+    snapshot = watch.snapshot()
+    assert (snapshot["recompiles"], snapshot["validation_recompiles"]) == (2, 1), snapshot
+    first, second = snapshot["recompile_reasons"]
+    assert first.startswith("validation: ") and "grad_mode" in first, first
+    assert second.startswith("<lambda> ("), second  # training's
+
+
 def test_graph_breaks_are_counted_with_reasons():
     watch = CompileWatch(threshold=8)
     watch.start()
@@ -151,6 +170,7 @@ def test_graph_breaks_are_counted_with_reasons():
     assert watch.snapshot() == {
         "compile_time_s": 0.0,
         "recompiles": 0,
+        "validation_recompiles": 0,
         "graph_breaks": 0,
         "unique_graphs": 0,
         "graph_break_reasons": [],

@@ -107,3 +107,14 @@ def test_kiln_train_compile_trace_true_keeps_a_tlparse_report(tmp_path):
     assert trace["error"] is None, trace
     assert trace["reports"] == [str(job / "tlparse" / "index.html")]
     assert (job / "tlparse" / "index.html").is_file()
+
+
+def test_a_training_jobs_validation_recompile_is_listed_as_validations():
+    from kiln.experiments.report.compile_issues import compile_issue_rows
+
+    reason = "validation: wrapped_forward (wrappers.py:183): 0/0: GLOBAL_STATE changed: grad_mode"
+    telemetry = {"recompiles": 1, "validation_recompiles": 1, "recompile_reasons": [reason]}
+    record = {"kind": "train", "model": "llama-tiny-lm", "telemetry": telemetry}
+    (row,) = compile_issue_rows([record])
+    assert (row["recompiles"], row["validation_recompiles"]) == (1, 1)
+    assert row["top_recompile"] == reason

@@ -44,4 +44,5 @@ def test_recompiles_reported_by_kiln_core_with_default_padding():
     assert result.global_step == 16  # two epochs of 64 rows in batches of 8
     telemetry = result.telemetry
     assert telemetry["recompiles"] == 1, telemetry  # the eval-mode graph, compiled once
+    assert telemetry["validation_recompiles"] == 1, telemetry  # ... while validating
     assert telemetry["graph_breaks"] == 0, telemetry

@@ -24,7 +24,8 @@ def validate(ctx: Context, step: int) -> dict[str, float] | None:
     # Validation must not shift training's random streams (a val loader's iterator draws a
     # seed), so a run validated at step N trains exactly as one that was not.
     rng = capture_rng_state()
-    outputs = _validation_outputs(ctx)
+    with ctx.watch.validating():
+        outputs = _validation_outputs(ctx)
     restore_rng_state(rng)
     size = dataset_size(ctx.val_loader)
     gathered = {k: gather_in_order(fabric, torch.cat(v), size) for k, v in outputs.items()}

@@ -2,7 +2,9 @@
 
 :class:`CompileWatch` reads torch's own compile metrics: how long dynamo, AOT autograd and
 inductor spent compiling (reported on its own, never mixed into step time), how often frames
-recompiled and why, and where graphs broke.
+recompiled and why, and where graphs broke. A recompile while the loop validates is counted
+apart as well: validation's first forward runs without grad, a mode the training graph's
+guards reject, so every compiled job that validates compiles one graph more there.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import logging
 import re
 import warnings
 from collections import Counter
+from collections.abc import Generator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -123,6 +127,8 @@ class CompileWatch:
         # (name, file, first line, cached entries at the time) of each recompiled frame
         self._recompiled: list[tuple[str, str, int | None, int]] = []
         self._recompile_reasons: list[str] = []  # dynamo's guard failure, per recompile
+        self._validation_recompiles = 0
+        self._validating = False
         self._last_seen: object | None = None
         self._missed = False
         self._warned = False
@@ -144,6 +150,8 @@ class CompileWatch:
         self._compile_seconds = 0.0
         self._recompiled.clear()
         self._recompile_reasons.clear()
+        self._validation_recompiles = 0
+        self._validating = False
         self._last_seen = None
         self._missed = False
         self._warned = False
@@ -174,10 +182,24 @@ class CompileWatch:
                         record.cache_size,
                     )
                 )
+                if self._validating:
+                    self._validation_recompiles += 1
                 if len(self._recompile_reasons) < _MAX_REASONS:
-                    self._recompile_reasons.append(_recompile_reason(record))
+                    where = "validation: " if self._validating else ""
+                    self._recompile_reasons.append(where + _recompile_reason(record))
         if records:
             self._last_seen = records[-1]
+
+    @contextmanager
+    def validating(self) -> Generator[None, None, None]:
+        """The loop's validation: what compiles inside is counted as validation's too."""
+        self._collect()  # what compiled before is training's
+        self._validating = True
+        try:
+            yield
+        finally:
+            self._collect()
+            self._validating = False
 
     def _guard_failures(self, limit: int = 3) -> list[str]:
         """The latest guard failure of each recompiled function (what changed)."""
@@ -202,13 +224,14 @@ class CompileWatch:
 
         Returns:
             ``compile_time_s`` (seconds torch spent compiling: dynamo tracing, AOT autograd,
-            inductor, lazy backward compiles, runtime autotuning), ``recompiles``,
+            inductor, lazy backward compiles, runtime autotuning), ``recompiles`` (all, as
+            dynamo counts them) and ``validation_recompiles`` (those while validating),
             ``graph_breaks`` (graph breaks dynamo logged while compiling, per compile),
             ``unique_graphs``, ``graph_break_reasons`` (the five most frequent, shortened,
             each ending with its user source line ``(at file.py:123)``),
             ``graph_break_sites`` (their ``path:line``),
             ``recompile_reasons`` (the first five recompiles: the function and dynamo's
-            guard failure, i.e. what changed),
+            guard failure, i.e. what changed; ``validation: `` first for validation's),
             ``compiled_blocks`` (regional compile) and which on-disk caches hit
             (``compile_cache``: cold, warm or partial; see
             ``cache_figures``).
@@ -228,6 +251,7 @@ class CompileWatch:
         return {
             "compile_time_s": self._compile_seconds,
             "recompiles": len(self._recompiled),
+            "validation_recompiles": self._validation_recompiles,
             "graph_breaks": count,
             "unique_graphs": int(dynamo_utils.counters["stats"]["unique_graphs"]),
             "graph_break_reasons": reasons,

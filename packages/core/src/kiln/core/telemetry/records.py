@@ -31,6 +31,8 @@ class CompileCounts(TypedDict, total=False):
     """What compiling made: graphs, and where and why it broke or compiled again."""
 
     recompiles: int
+    validation_recompiles: int
+    """Of ``recompiles``, those while the loop validated (its no-grad graph: one a job)."""
     graph_breaks: int
     unique_graphs: int
     graph_break_reasons: list[str]

@@ -2,7 +2,8 @@
 
 kiln.core's ``CompileWatch`` records per job ``graph_breaks`` and ``recompiles`` with their
 top reasons (``graph_break_reasons``: dynamo's reason and the user source line;
-``recompile_reasons``: the function and the guard that failed). A bench record holds them
+``recompile_reasons``: the function and the guard that failed), and of the recompiles
+those while validating (``validation_recompiles``). A bench record holds them
 at the top level, a training summary under ``telemetry``.
 """
 
@@ -16,6 +17,7 @@ COMPILE_ISSUE_COLUMNS = [
     "precision",
     "graph_breaks",
     "recompiles",
+    "validation_recompiles",
     "top_graph_break",
     "top_recompile",
     "graph_break_reasons",
@@ -45,6 +47,7 @@ def compile_issue_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "precision": rec.get("precision", "?"),
                 "graph_breaks": breaks,
                 "recompiles": recompiles,
+                "validation_recompiles": figures.get("validation_recompiles"),
                 "top_graph_break": break_reasons[0] if break_reasons else None,
                 "top_recompile": recompile_reasons[0] if recompile_reasons else None,
                 "graph_break_reasons": " | ".join(break_reasons) or None,

@@ -50,7 +50,7 @@ def grads(model) -> dict[str, torch.Tensor]:
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("policy", ["carry", "whole"])
+@pytest.mark.parametrize("policy", ["carry", "whole", "best_fit"])
 def test_packing_places_every_token_once_in_order(policy: str) -> None:
     docs = documents()
     batch = packed_batch(docs, policy)
@@ -67,7 +67,7 @@ def test_packing_places_every_token_once_in_order(policy: str) -> None:
     assert got == dict(enumerate(docs))
     pad = batch["document_ids"] == -1
     assert (batch["labels"][pad] == IGNORE_INDEX).all()
-    if policy == "whole":  # a document that fits a row sits in one row
+    if policy != "carry":  # a document that fits a row sits in one row
         for doc, tokens in enumerate(docs):
             if len(tokens) <= MAX_LENGTH:
                 assert (batch["document_ids"] == doc).any(1).sum() == 1
@@ -75,7 +75,7 @@ def test_packing_places_every_token_once_in_order(policy: str) -> None:
         assert not pad[:-1].any()
 
 
-@pytest.mark.parametrize("policy", ["carry", "whole"])
+@pytest.mark.parametrize("policy", ["carry", "whole", "best_fit"])
 @pytest.mark.parametrize("name", MODELS)
 def test_packed_losses_and_gradients_equal_one_piece_per_row(name: str, policy: str) -> None:
     model = float64_model(name)
@@ -100,6 +100,20 @@ def test_packed_losses_and_gradients_equal_one_piece_per_row(name: str, policy: 
     assert packed_grads.keys() == want.keys()
     for key, value in want.items():
         torch.testing.assert_close(packed_grads[key], value, rtol=0.0, atol=1e-12, msg=key)
+
+
+def test_best_fit_fills_the_rows_whole_leaves_half_empty() -> None:
+    """Best-fit decreasing: a piece goes into the fullest row that still holds it."""
+    docs = [[7] * n for n in (6, 5, 4, 3, 2)]
+    whole = pack_documents(docs, 8, 0, policy="whole", seed=0)[1]
+    best = pack_documents(docs, 8, 0, policy="best_fit", seed=0)[1]
+    assert (whole.rows, best.rows) == (4, 3)  # 6+2, 5+3, 4: the least rows 20 tokens need
+    assert best.padding_fraction == pytest.approx(1 - 20 / 24)
+    many = documents(400, seed=5)  # 1 to 2.5 rows each: the remainders fill the gaps
+    whole, best = (pack_documents(many, MAX_LENGTH, 0, policy=p, seed=0)[1] for p in
+                   ("whole", "best_fit"))  # fmt: skip
+    assert best.tokens == whole.tokens and best.pieces == whole.pieces
+    assert best.rows < whole.rows and best.padding_fraction < whole.padding_fraction / 2
 
 
 def test_packing_order_is_seeded() -> None:
@@ -181,8 +195,10 @@ def tiny_data_text() -> CausalLMData:
 
 
 def test_bad_packing_requests_fail_naming_what_is_valid() -> None:
-    with pytest.raises(ValueError, match=r"packing_policy='fill'.*carry, whole"):
+    with pytest.raises(ValueError, match=r"packing_policy='fill'.*carry, whole, best_fit"):
         CausalLMData(packing=True, packing_policy="fill")
+    with pytest.raises(ValueError, match=r"'best_fit' packs a whole data set.*carry or whole"):
+        CausalLMData(packing=True, packing_policy="best_fit", streaming=True)
     with pytest.raises(ValueError, match=r"padding='buckets'.*padding=max_length"):
         CausalLMData(packing=True, padding="buckets")
 

@@ -15,9 +15,15 @@ Policies for a document that meets a row's end (``packing_policy``):
 - ``whole``: a document that fits in a row is never split: when it does not fit in what is
   left of the current row, that row is padded and the document starts the next one.
   A document longer than ``max_length`` is cut into ``max_length`` pieces first.
+- ``best_fit``: no document that fits in a row is split either, and the rows are filled as
+  tightly as a greedy packing can: each piece, longest first, goes into the open row with the
+  least room that still holds it, or starts a new row (best-fit decreasing, TRL's ``bfd``).
+  It needs every document before the first row is made, so a stream cannot use it. Rows
+  come out grouped by their pieces' lengths; a shuffled loader mixes them.
 
-Either way the documents are packed in a seeded random order (``seed``), so which documents
-share a row is a function of the seed and the data alone.
+Every policy places the documents in a seeded random order (``seed``; ``best_fit`` breaks
+ties between pieces of one length with it), so which documents share a row is a function of
+the seed and the data alone.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import torch
 
 from kiln.models.data.base import IGNORE_INDEX
 
-PACKING_POLICIES = ("carry", "whole")
+PACKING_POLICIES = ("carry", "whole", "best_fit")
 PACKED_KEYS = ("input_ids", "labels", "position_ids", "document_ids")
 """The keys of a packed row; ``document_ids`` is -1 on padding."""
 PAD_DOCUMENT = -1
@@ -60,10 +66,16 @@ class PackingStats:
         return asdict(self)
 
 
-def check_policy(policy: str) -> None:
+def check_policy(policy: str, streaming: bool = False) -> None:
+    """Fail unless ``policy`` is one of ``PACKING_POLICIES`` (and one a stream can use)."""
     if policy not in PACKING_POLICIES:
         raise ValueError(
             f"packing_policy={policy!r} is not valid; choose one of: {', '.join(PACKING_POLICIES)}"
+        )
+    if streaming and policy == "best_fit":
+        raise ValueError(
+            "packing_policy='best_fit' packs a whole data set at once; a stream "
+            "(streaming=true) packs documents as it reads them: use carry or whole"
         )
 
 
@@ -71,7 +83,8 @@ def placements(
     lengths: Sequence[int], order: np.ndarray, max_length: int, policy: str, column: int = 0
 ) -> list[tuple[int, int, int, int, int]]:
     """(document, start in document, length, row, column) of every piece, row by row, from
-    ``column`` of row 0 on (a stream packs each document after what the open row holds)."""
+    ``column`` of row 0 on (a stream packs each document after what the open row holds), by
+    the ``carry`` or ``whole`` policy."""
     pieces: list[tuple[int, int, int, int, int]] = []
     row = 0
     for doc in order.tolist():
@@ -87,6 +100,72 @@ def placements(
     return pieces
 
 
+class _OpenRows:
+    """Rows with room left, by that room: the fullest row that still holds ``need`` tokens
+    in O(log max_length) (a segment tree over the room, 1 to ``max_length``)."""
+
+    def __init__(self, max_length: int) -> None:
+        self.leaves = 1 << max_length.bit_length()  # > max_length: a leaf per room
+        self.counts = [0] * (2 * self.leaves)
+        self.rows: list[list[int]] = [[] for _ in range(max_length + 1)]
+
+    def _count(self, room: int, change: int) -> None:
+        node = room + self.leaves
+        while node:
+            self.counts[node] += change
+            node //= 2
+
+    def add(self, room: int, row: int) -> None:
+        self.rows[room].append(row)
+        self._count(room, 1)
+
+    def take(self, need: int) -> int | None:
+        """The row with the least room >= ``need``, no longer open; ``None``: there is none."""
+        node, low, high = 1, 0, self.leaves  # node covers rooms [low, high)
+        if not self._any(node, low, high, need):
+            return None
+        while high - low > 1:
+            middle = (low + high) // 2
+            if self._any(2 * node, low, middle, need):
+                node, high = 2 * node, middle
+            else:
+                node, low = 2 * node + 1, middle
+        self._count(low, -1)
+        return self.rows[low].pop()
+
+    def _any(self, node: int, low: int, high: int, need: int) -> bool:
+        """Whether a row with room in [max(low, need), high) is open."""
+        if high <= need or not self.counts[node]:
+            return False
+        if low >= need:
+            return True
+        middle = (low + high) // 2
+        return self._any(2 * node, low, middle, need) or self._any(2 * node + 1, middle, high, need)
+
+
+def best_fit_placements(
+    lengths: Sequence[int], order: np.ndarray, max_length: int
+) -> list[tuple[int, int, int, int, int]]:
+    """:func:`placements` of the ``best_fit`` policy (see the module docstring), row by row."""
+    items: list[tuple[int, int, int, int]] = []  # (size, rank in the seeded order, doc, start)
+    for rank, doc in enumerate(order.tolist()):
+        for start in range(0, int(lengths[doc]), max_length):
+            items.append((min(max_length, int(lengths[doc]) - start), rank, doc, start))
+    items.sort(key=lambda item: (-item[0], item[1]))
+    open_rows, filled = _OpenRows(max_length), list[int]()
+    pieces: list[tuple[int, int, int, int, int]] = []
+    for size, _, doc, start in items:
+        row = open_rows.take(size)
+        if row is None:
+            row = len(filled)
+            filled.append(0)
+        pieces.append((doc, start, size, row, filled[row]))
+        filled[row] += size
+        if filled[row] < max_length:
+            open_rows.add(max_length - filled[row], row)
+    return sorted(pieces, key=lambda piece: (piece[3], piece[4]))
+
+
 def pack_documents(
     documents: Sequence[Sequence[int]],
     max_length: int,
@@ -100,7 +179,7 @@ def pack_documents(
         documents: Token ids, one sequence per document (empty ones are skipped).
         max_length: Tokens per row.
         pad_token_id: The id of padding tokens (never counted: their label is -100).
-        policy: ``carry`` or ``whole``.
+        policy: ``carry``, ``whole`` or ``best_fit``.
         seed: Seeds the order the documents are packed in.
 
     Returns:
@@ -117,7 +196,10 @@ def pack_documents(
     if not any(lengths):
         raise ValueError(f"no document to pack: all {len(documents)} documents are empty")
     order = np.random.default_rng(seed).permutation(len(documents))
-    pieces = placements(lengths, order, max_length, policy)
+    if policy == "best_fit":
+        pieces = best_fit_placements(lengths, order, max_length)
+    else:
+        pieces = placements(lengths, order, max_length, policy)
     rows = pieces[-1][3] + 1
     arrays = fill_rows(documents, pieces, rows, max_length, pad_token_id)
     tokens = int(sum(lengths))

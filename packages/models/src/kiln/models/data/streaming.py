@@ -61,7 +61,7 @@ class ShardStream(IterableDataset[dict[str, torch.Tensor]]):
         rank: int = 0,
         world_size: int = 1,
     ) -> None:
-        check_policy(policy)
+        check_policy(policy, streaming=True)
         if shuffle_buffer < 1:
             raise ValueError(f"shuffle_buffer={shuffle_buffer!r} must be >= 1 (1: no shuffling)")
         self.files = list(files)

@@ -350,8 +350,10 @@ class CausalLMData(TextData):
         text_column: The text column.
         packing: Pack documents into full rows instead of one padded document per row.
         packing_policy: What happens to a document at a row's end: ``carry`` (split it,
-            the remainder starts the next row) or ``whole`` (pad the row and start the
-            document on the next one; only documents longer than a row are split).
+            the remainder starts the next row), ``whole`` (pad the row and start the
+            document on the next one; only documents longer than a row are split) or
+            ``best_fit`` (never split one that fits a row either, and fill the rows as
+            tightly as best-fit decreasing does; not with ``streaming``).
         streaming: Stream the training rows from the shards ``data_files`` names (tokenized
             and packed on the fly; ``kiln.models.data.streaming``) instead of loading them.
         shuffle_buffer: With ``streaming``, rows each reader draws from at random.
@@ -367,7 +369,7 @@ class CausalLMData(TextData):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        check_policy(packing_policy)
+        check_policy(packing_policy, streaming)
         if packing and self.padding != "max_length":
             raise ValueError(
                 f"packing=true fills every row to max_length, so padding={self.padding!r} "

@@ -140,6 +140,11 @@ class Context:
     # a new graph step, since accumulation and validation replay the graphs within one step
     cuda_graphs: bool = False
 
+    def kept(self, output: torch.Tensor) -> torch.Tensor:
+        """A step's ``output`` detached, and copied under CUDA graphs, whose next replay
+        overwrites a graph's outputs in place."""
+        return output.detach().clone() if self.cuda_graphs else output.detach()
+
     @property
     def objects(self) -> dict[str, Any]:
         """The stateful objects a checkpoint saves and a resume restores."""

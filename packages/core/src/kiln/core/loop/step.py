@@ -112,11 +112,8 @@ def train_window(
             if ctx.cuda_graphs and j == 0 and last > 0:
                 _own_grads(ctx.module)
             ctx.hooks("on_after_backward")
-        if ctx.cuda_graphs:  # copies: the next micro-batch's replay overwrites its outputs
-            loss = loss.clone()
-            n = n.detach().clone() if isinstance(n, torch.Tensor) else n
-        losses.append(loss.detach())
-        items.append(n)
+        losses.append(ctx.kept(loss))
+        items.append(ctx.kept(n) if isinstance(n, torch.Tensor) else n)
         if j < last:  # the hook gets the host batch: the device copy is already freed
             ctx.hooks("on_train_batch_end", out, window[j], first_batch_idx + j)
     return losses, items, total, samples, (out, window[last], first_batch_idx + last)

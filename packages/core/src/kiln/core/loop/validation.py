@@ -58,7 +58,6 @@ def _validation_outputs(ctx: Context) -> dict[str, list[torch.Tensor]]:
                 torch.compiler.cudagraph_mark_step_begin()
             out = call_step_hook(ctx.fabric, ctx.model, "validation_step", batch, i)
             for key, value in out.items():
-                # under CUDA graphs the next batch's replay overwrites this batch's outputs
-                outputs[key].append(value.detach().clone() if ctx.cuda_graphs else value.detach())
+                outputs[key].append(ctx.kept(value))
     ctx.model.train()
     return outputs

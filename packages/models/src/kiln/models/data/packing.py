@@ -121,26 +121,22 @@ class _OpenRows:
 
     def take(self, need: int) -> int | None:
         """The row with the least room >= ``need``, no longer open; ``None``: there is none."""
-        node, low, high = 1, 0, self.leaves  # node covers rooms [low, high)
-        if not self._any(node, low, high, need):
+        room = self._least(1, 0, self.leaves, need)
+        if room is None:
             return None
-        while high - low > 1:
-            middle = (low + high) // 2
-            if self._any(2 * node, low, middle, need):
-                node, high = 2 * node, middle
-            else:
-                node, low = 2 * node + 1, middle
-        self._count(low, -1)
-        return self.rows[low].pop()
+        self._count(room, -1)
+        return self.rows[room].pop()
 
-    def _any(self, node: int, low: int, high: int, need: int) -> bool:
-        """Whether a row with room in [max(low, need), high) is open."""
+    def _least(self, node: int, low: int, high: int, need: int) -> int | None:
+        """The least room in [max(low, need), high) that an open row has (``node`` covers
+        rooms [low, high))."""
         if high <= need or not self.counts[node]:
-            return False
-        if low >= need:
-            return True
+            return None
+        if high - low == 1:
+            return low
         middle = (low + high) // 2
-        return self._any(2 * node, low, middle, need) or self._any(2 * node + 1, middle, high, need)
+        left = self._least(2 * node, low, middle, need)
+        return left if left is not None else self._least(2 * node + 1, middle, high, need)
 
 
 def best_fit_placements(
@@ -152,7 +148,8 @@ def best_fit_placements(
         for start in range(0, int(lengths[doc]), max_length):
             items.append((min(max_length, int(lengths[doc]) - start), rank, doc, start))
     items.sort(key=lambda item: (-item[0], item[1]))
-    open_rows, filled = _OpenRows(max_length), list[int]()
+    open_rows = _OpenRows(max_length)
+    filled: list[int] = []  # tokens in each row so far
     pieces: list[tuple[int, int, int, int, int]] = []
     for size, _, doc, start in items:
         row = open_rows.take(size)

@@ -1,4 +1,4 @@
-"""README's transformers ViT plugin, run exactly as written, through the test
+"""docs/model-tasks.md's transformers ViT plugin, run exactly as written, through the test
 kit: a new kind of model in one file of at most 30 lines, from the docs alone."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from kiln.models import testing as kit
 from kiln.models.registry import _REGISTRY
 
-DOC = Path(__file__).resolve().parents[2] / "README.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "model-tasks.md"
 MARK = "<!-- the ViT plugin:"
 NAME = "hf-vit-digits"
 

@@ -72,7 +72,11 @@ def validated(overrides: list[str]) -> TrainConfig:
 def test_every_option_of_every_group_composes_and_validates(group):
     assert options(group), f"configs/{group}/ is empty"
     for option in options(group):
-        cfg = compose_train([f"{group}={option}"])
+        overrides = [f"{group}={option}"]
+        if group == "model":  # with data it trains on (another task's is refused)
+            name = compose_train(overrides).model.name
+            overrides.append(f"data={DATA_FOR_TASK[get_model_entry(name).task]}")
+        cfg = compose_train(overrides)
         settings = validate(_without_hydra(cfg))
         assert isinstance(settings, TrainConfig)
 

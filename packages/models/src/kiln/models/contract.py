@@ -76,10 +76,12 @@ def check_declared_contract(name: str, contract: int | None) -> None:
     """
     if contract is None or contract == CONTRACT_VERSION:
         return
-    if isinstance(contract, bool) or not isinstance(contract, int):
+    if isinstance(contract, bool) or not isinstance(contract, int) or contract < 1:
         raise ValueError(
-            f"model {name!r}: contract={contract!r} must be an int, the version of kiln's model "
-            f"contract the plugin was written for (this kiln implements {CONTRACT_VERSION})"
+            f"model {name!r}: contract={contract!r} is not a contract version; use an int >= 1, "
+            "the version of kiln's model contract the plugin was written for (this kiln "
+            f"implements {CONTRACT_VERSION} and runs {', '.join(map(str, SUPPORTED_CONTRACTS))}), "
+            "or leave contract unset"
         )
     if contract > CONTRACT_VERSION:
         raise ValueError(

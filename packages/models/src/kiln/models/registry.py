@@ -227,6 +227,144 @@ def valid_arguments(name: str) -> list[str]:
     return names
 
 
+def call_parameters(target: Callable[..., Any]) -> tuple[dict[str, Any], bool]:
+    """The keyword arguments a call of ``target`` takes, with their annotations.
+
+    A class's ``__init__`` chain is followed through ``**kwargs`` it hands to
+    ``super().__init__``, leaving out what the subclass sets itself there
+    (``Seq2SeqData`` sets ``TextData``'s ``text_column``); a factory function through the
+    class it returns. Lightning's own classes end the walk.
+
+    Args:
+        target: A class or a function.
+
+    Returns:
+        ``{name: annotation}`` (``typing.Any`` where there is none or it does not resolve),
+        and whether the call also takes keyword arguments not named there (a ``**kwargs``
+        that is not handed on, e.g. to an HF config).
+    """
+    params: dict[str, Any] = {}
+    fixed: set[str] = set()
+    chain, ends_in_base = _init_chain(target)
+    for function, owner in chain:
+        try:
+            signature = inspect.signature(function)
+        except (TypeError, ValueError):
+            return params, True
+        hints = _hints(function)
+        rest = None
+        for param in signature.parameters.values():
+            if param.kind is param.VAR_KEYWORD:
+                rest = param.name
+            elif param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD):
+                if param.name not in ("self", "cls") and param.name not in {*params, *fixed}:
+                    params[param.name] = hints.get(param.name, Any)
+        if rest is None:
+            return params, False
+        if owner is not None:
+            handed_on, sets = _super_call(function, rest)
+            if not handed_on:
+                return params, True
+            fixed |= sets
+    return params, not ends_in_base
+
+
+def _init_chain(target: Callable[..., Any]) -> tuple[list[tuple[Any, type | None]], bool]:
+    """The functions a call of ``target`` may run with its keyword arguments, each with the
+    class that defines it: a class's ``__init__`` in MRO order; a function, then the
+    ``__init__`` chain of the class its return annotation names. The chain stops before
+    Lightning's classes and ``object`` (then the second value is true)."""
+    cls = target if isinstance(target, type) else None
+    head: list[tuple[Any, type | None]] = []
+    if cls is None:
+        head = [(target, None)]
+        try:
+            returned = typing.get_type_hints(target).get("return")
+        except Exception:
+            returned = None
+        cls = returned if isinstance(returned, type) else None
+    chain: list[tuple[Any, type | None]] = []
+    for c in cls.__mro__ if cls else ():
+        if c is object or c.__module__.startswith("lightning"):
+            return head + chain, True
+        if "__init__" in vars(c):
+            chain.append((vars(c)["__init__"], c))
+    return head + chain, False
+
+
+def _hints(function: Any) -> dict[str, Any]:
+    """``function``'s annotations, each resolved on its own (one that names a type imported
+    only for type checkers stays unresolved: ``typing.Any``)."""
+    try:
+        return typing.get_type_hints(function)
+    except Exception:
+        pass
+    hints = {}
+    for key, value in getattr(function, "__annotations__", {}).items():
+        try:
+            hints[key] = eval(value, function.__globals__) if isinstance(value, str) else value
+        except Exception:
+            hints[key] = Any
+    return hints
+
+
+def _super_call(function: Any, rest: str) -> tuple[bool, set[str]]:
+    """Whether ``function`` hands ``**rest`` to ``super().__init__``, and the keywords it
+    sets itself in that call."""
+    import ast
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return False, set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "__init__"
+            and isinstance(node.func.value, ast.Call)
+            and isinstance(node.func.value.func, ast.Name)
+            and node.func.value.func.id == "super"
+        ):
+            words = node.keywords
+            handed = any(
+                k.arg is None and isinstance(k.value, ast.Name) and k.value.id == rest
+                for k in words
+            )
+            return handed, {k.arg for k in words if k.arg is not None}
+    return False, set()
+
+
+def model_parameters(name: str) -> tuple[dict[str, Any], bool]:
+    """:func:`call_parameters` of model ``name``'s factory (``tiny`` included), less the
+    arguments every model shares (``data``, ``optimizer``, ``scheduler``)."""
+    params, open_ = call_parameters(get_model_entry(name).factory)
+    shared = {k: v for k, v in params.items() if k not in _SHARED_ARGUMENTS}
+    return {"tiny": bool, **shared}, open_
+
+
+def task_data_class(name: str) -> type | None:
+    """The data module class model ``name``'s task trains on: the class of its module's
+    ``tiny_data()`` (``None``: the model's class has none)."""
+    entry = get_model_entry(name)
+    try:
+        cls = typing.get_type_hints(entry.factory).get("return")
+    except Exception:
+        cls = entry.factory if isinstance(entry.factory, type) else None
+    if not isinstance(cls, type):
+        return None
+    if cls not in _TINY_DATA:
+        try:
+            _TINY_DATA[cls] = type(cls.tiny_data())  # pyright: ignore[reportAttributeAccessIssue]
+        except Exception:  # no tiny_data (contract 1), or one that needs more than a call
+            _TINY_DATA[cls] = None
+    return _TINY_DATA[cls]
+
+
+_TINY_DATA: dict[type, type | None] = {}
+
+
 def create_model(name: str, *, tiny: bool = False, **overrides: Any) -> Any:
     """Build the registered model ``name``.
 

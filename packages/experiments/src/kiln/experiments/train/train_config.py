@@ -58,13 +58,92 @@ def register_configs() -> None:
 
 
 def validate(cfg: DictConfig) -> TrainConfig:
-    """Build the dataclasses from ``cfg``, running every ``__post_init__`` check.
+    """Build the dataclasses from ``cfg``, running every ``__post_init__`` check, then check
+    the groups without a schema (``data``, ``callbacks``, ``model``) against what reads them,
+    the model against the data, and warn about settings a run cannot honour.
 
     Raises:
-        ValueError: A value is out of range, or a key the schema does not know was added
-            (``+trainer.max_step=5``); the message names the key and what is valid.
+        ValueError: A value is out of range or of the wrong type, a key the schema or the
+            group's target does not know was added (``+trainer.max_step=5``), or the model
+            and data do not fit; the message names the key and what is valid.
     """
+    from kiln.experiments.settings.pairs import check_model_fits_data
+    from kiln.experiments.settings.typed import check_groups
+    from kiln.experiments.tracking.tracker import import_early
+    from kiln.experiments.train.worker import global_rank
+    from kiln.models.plugins import load_plugins
+
     check_known_keys(cfg)
     settings = OmegaConf.to_object(cfg)
     assert isinstance(settings, TrainConfig), type(settings)
+    if global_rank() == 0:
+        import_early(settings.logger)  # before the model registry imports the models
+    load_plugins(settings.plugins)  # their models and data modules
+    check_groups(settings)
+    check_model_fits_data(settings.model, settings.data)
+    check_combinations(settings)
+    warn_about(settings)
     return settings
+
+
+def check_combinations(settings: TrainConfig) -> None:
+    """Refuse settings that are each valid but fail together, before anything is built.
+
+    Raises:
+        ValueError: ``data.streaming`` with ``trainer.max_epochs``, or ``data.packing`` with
+            an attention that cannot take packed rows' document mask.
+    """
+    data = settings.data or {}
+    trainer = settings.trainer
+    if data.get("streaming") is True and trainer.max_epochs is not None:
+        raise ValueError(
+            f"trainer.max_epochs={trainer.max_epochs} cannot end a run on a stream "
+            "(data.streaming=true has no epoch length); set trainer.max_epochs=null and train "
+            "for trainer.max_steps"
+        )
+    attention = (settings.model or {}).get("attn_implementation")
+    if data.get("packing") is True and attention is not None:
+        from kiln.models.hf import PACKING_ATTENTION
+
+        if attention not in PACKING_ATTENTION:
+            raise ValueError(
+                "data.packing=true needs attention that takes a 4-D document mask; "
+                f"model.attn_implementation={attention!r} does not. Use one of: "
+                f"{', '.join(PACKING_ATTENTION)}, or set data.packing=false"
+            )
+
+
+def warn_about(settings: TrainConfig) -> None:
+    """Warn, one line each, about settings a run takes but cannot honour: more intra-op
+    threads than cores, a step-time warm-up as long as the run, a profile longer than it."""
+    import logging
+
+    from kiln.core import usable_cores
+
+    log = logging.getLogger(__name__)
+    trainer = settings.trainer
+    threads = trainer.threads_per_rank
+    ranks = trainer.devices  # the ranks on this node, each with its own threads
+    cores = usable_cores(ranks)
+    if isinstance(threads, int) and threads * ranks > cores:
+        log.warning(
+            f"trainer.threads_per_rank={threads}: {threads * ranks} threads ({ranks} rank(s)) "
+            f"on the {cores} cores this process may use share them and step slower; use "
+            "trainer.threads_per_rank=auto (cores // ranks)"
+        )
+    if 0 < trainer.max_steps <= trainer.warmup_steps:
+        log.warning(
+            f"trainer.warmup_steps={trainer.warmup_steps} is not fewer than "
+            f"trainer.max_steps={trainer.max_steps}: no step is left after the warm-up, so the "
+            "step times measure every step (compilation included); lower trainer.warmup_steps"
+        )
+    profile = settings.profile
+    if profile is not None:
+        needed = profile.wait + profile.warmup + profile.active
+        if trainer.max_steps < needed:
+            log.warning(
+                f"profile=steps needs {needed} steps (profile.wait={profile.wait} + "
+                f"warmup={profile.warmup} + active={profile.active}), the run has "
+                f"trainer.max_steps={trainer.max_steps}: no trace will be written; lower them "
+                "or raise trainer.max_steps"
+            )

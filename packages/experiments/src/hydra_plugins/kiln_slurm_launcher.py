@@ -2,7 +2,7 @@
 whose batch scripts pass a signal to the job step and keep one that came before it
 (:mod:`kiln.experiments.launchers.slurm_batch`), whose jobs defer a preemption signal from
 their first instant until submitit can requeue on it and requeue once, and whose submitter stops
-waiting on a job SLURM no longer has (:mod:`kiln.experiments.launchers.slurm`).
+waiting on a job SLURM has ended or forgotten (:mod:`kiln.experiments.launchers.slurm`).
 
 A Hydra plugin lives below ``hydra_plugins`` (Hydra refuses a launcher class elsewhere);
 Hydra imports this module at every start, so it imports nothing heavy, and nothing at all

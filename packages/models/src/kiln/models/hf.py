@@ -202,7 +202,7 @@ class HFModule(KilnModule):
                 "architecture that does (bert, gpt2, llama, ...) or set "
                 "trainer.activation_checkpointing=false"
             )
-        # transformers 5 renamed gradient_checkpointing_* (the old names warn)
+        # transformers 5 names it activation_checkpointing_* (gradient_checkpointing_* warns there)
         renamed = hasattr(model, "activation_checkpointing_enable")
         if enabled and renamed:
             model.activation_checkpointing_enable(

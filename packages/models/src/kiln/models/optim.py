@@ -25,7 +25,7 @@ class OptimizerConfig:
     """The optimizer. Biases and normalization weights never get weight decay."""
 
     name: str = "adamw"
-    """Only ``adamw`` for now."""
+    """``adamw``, the one optimizer kiln builds."""
     lr: float = 5e-5
     """Peak learning rate (reached at the end of warm-up)."""
     weight_decay: float = 0.01

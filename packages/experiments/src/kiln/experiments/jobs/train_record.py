@@ -2,8 +2,8 @@
 
 The runner fills it (identity, the config's fields, then the ``fit`` result), the W&B summary
 and the end-of-job table read from it, and ``kiln-report`` reads old and new files through
-:meth:`TrainRecord.from_json` (a key an older kiln did not write takes its default; a key this
-kiln does not know is kept in ``extra`` and written back as it was).
+:meth:`TrainRecord.from_json` (a key a summary lacks takes its default; a key this kiln
+does not know is kept in ``extra`` and written back as it was).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ the weights hash) into the record when training ends."""
 
 
 NEWER = {"newer": True}
-"""The metadata of a field earlier releases' summaries lack: left out of the JSON while unset,
-so such a summary reads and writes back unchanged."""
+"""The metadata of a field a summary may lack: left out of the JSON while unset, so such a
+summary reads and writes back unchanged."""
 
 
 def _lookup(cfg: Any, key: str) -> Any:

@@ -1,5 +1,5 @@
 """kiln's SLURM jobs (``launcher=slurm``): a preemption at any moment of a job's life
-requeues it once, and the submitter never waits on a job that SLURM no longer has.
+requeues it once, and the submitter never waits on a job that SLURM has ended or forgotten.
 
 Job side. A preemption reaches a task as USR2 (``scancel --signal=USR2``, ``--full``, the
 time-limit warning of ``--signal``, passed on by the batch shell: :mod:`kiln.experiments.
@@ -21,7 +21,7 @@ Where accounting is off (``AccountingStorageType=accounting_storage/none``, as o
 test cluster) ``sacct`` fails on every poll and a job that died without a result (killed at
 start-up, OOM-killed, ``scancel``) read ``UNKNOWN`` forever. :func:`wait_for_results` asks
 ``squeue`` instead of ``sacct`` there (saying so once): a job that SLURM reports ended (or
-no longer knows) and that left no result within :data:`LOST_GRACE_S` fails the sweep with
+does not know) and that left no result within :data:`LOST_GRACE_S` fails the sweep with
 :class:`SlurmJobLost`, naming the job, its state and its log.
 """
 
@@ -60,7 +60,7 @@ _requeue_started = [False]  # submitit's requeue handler ran in this process
 
 
 class SlurmJobLost(RuntimeError):
-    """SLURM no longer runs a job of the sweep, and the job left no result."""
+    """SLURM has ended or forgotten a job of the sweep, and the job left no result."""
 
 
 def preemption_signal() -> signal.Signals:
@@ -265,7 +265,7 @@ def wait_for_results(jobs: Sequence[Any], names: Sequence[str]) -> list[Any]:
         names: What to call each job in an error (``"#0 precision=32-true"``).
 
     Raises:
-        SlurmJobLost: Jobs that SLURM reports ended, or no longer knows, left no result
+        SlurmJobLost: Jobs that SLURM reports ended, or does not know, left no result
             (all of them named, once every other job ended).
     """
     if not accounting_enabled():

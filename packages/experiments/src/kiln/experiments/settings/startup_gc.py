@@ -41,8 +41,8 @@ def startup_frozen() -> Generator[None]:
     """Around a job's measured work, inside :func:`collection_held`: what exists now is frozen
     out of collections and automatic collection runs again. Afterwards the frozen objects
     are collectable again: in a sweep's later jobs in the same process, garbage an earlier
-    job left that no collection reached before the next job froze it waits until that job
-    ends, and no longer. Outside :func:`collection_held` (``run_job`` called from Python),
+    job left that no collection reached before the next job froze it waits at most until that
+    job ends. Outside :func:`collection_held` (``run_job`` called from Python),
     nothing changes."""
     if not _held:
         yield

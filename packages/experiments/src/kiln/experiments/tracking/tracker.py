@@ -48,8 +48,8 @@ def import_early(cfg: LoggerConfig) -> None:
     W&B's pydantic models read their fields' docstrings from source (pydantic's
     ``use_attribute_docstrings``), and on Python < 3.13 each model class looks its module up
     by scanning every loaded module, so the imports cost less the fewer modules are loaded
-    (measured in docs/benchmarks-peers.md, "W&B's start"). Nothing for the CSV logger, no
-    logger or W&B's ``disabled`` mode; a W&B release that no longer has one of
+    (measured in docs/benchmarks.md, "Other projects' private API"). Nothing for the CSV logger, no
+    logger or W&B's ``disabled`` mode; a W&B release without one of
     ``WANDB_INIT_IMPORTS`` only loses the head start (``wandb.init`` imports what it needs).
     """
     if cfg.backend != "wandb" or cfg.mode == "disabled":

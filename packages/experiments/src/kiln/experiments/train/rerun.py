@@ -163,7 +163,7 @@ def check_resume(resolved: dict[str, Any]) -> tuple[int, Path | None]:
     Raises:
         ResumeConfigError: The checkpoint was written with other values of
             :data:`FROZEN_KEYS` (the message names each key with both values), or is an
-            earlier release's one-file checkpoint resumed under FSDP.
+            one-file (``torch.save``) checkpoint resumed under FSDP.
         FileNotFoundError: An explicit checkpoint does not exist.
         DamagedCheckpointError: An explicit checkpoint is damaged or not kiln's.
     """
@@ -261,7 +261,7 @@ def check_steps_left(from_step: int, checkpoint: Path | None, max_steps: int | N
 
 
 def _check_layout(path: Path, resolved: dict[str, Any]) -> None:
-    """An earlier release's one-file checkpoint into an FSDP run fails here (as ``fit`` would
+    """A one-file (``torch.save``) checkpoint into an FSDP run fails here (as ``fit`` would
     once the workers started), saying which strategy resumes it. Every other checkpoint
     resumes under any strategy.
 

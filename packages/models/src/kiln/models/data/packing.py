@@ -120,7 +120,7 @@ class _OpenRows:
         self._count(room, 1)
 
     def take(self, need: int) -> int | None:
-        """The row with the least room >= ``need``, no longer open; ``None``: there is none."""
+        """Take the row with the least room >= ``need`` out of the open rows (``None``: none)."""
         room = self._least(1, 0, self.leaves, need)
         if room is None:
             return None

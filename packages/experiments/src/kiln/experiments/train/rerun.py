@@ -162,7 +162,7 @@ def check_resume(resolved: dict[str, Any]) -> tuple[int, Path | None]:
 
     Raises:
         ResumeConfigError: The checkpoint was written with other values of
-            :data:`FROZEN_KEYS` (the message names each key with both values), or is an
+            :data:`FROZEN_KEYS` (the message names each key with both values), or is a
             one-file (``torch.save``) checkpoint resumed under FSDP.
         FileNotFoundError: An explicit checkpoint does not exist.
         DamagedCheckpointError: An explicit checkpoint is damaged or not kiln's.

@@ -35,8 +35,8 @@ def end_process() -> None:
     first: W&B's teardown, ``logging``'s flush, finalizers, a plugin's own; then stdout and
     stderr are flushed. What is skipped is Python's teardown of every module and object,
     which with torch, Lightning and transformers loaded takes seconds and writes nothing
-    (measured in docs/benchmarks-peers.md). With a non-daemon thread still running, it
-    returns instead, and the interpreter waits for the thread as usual.
+    (measured in docs/benchmarks.md, "Other projects' private API"). With a non-daemon
+    thread still running, it returns instead, and the interpreter waits for the thread.
     """
     if _threads_running():
         return

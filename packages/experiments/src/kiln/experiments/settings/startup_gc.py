@@ -4,7 +4,7 @@ CPython runs a full collection whenever the objects it tracks have grown by a qu
 the last one, and each scans every object alive. A training job's imports and set-up
 (torch, Lightning, transformers, W&B, the model: 600k objects after the imports, 1M by the
 first step) so trigger eight full
-collections before the first step (measured in docs/benchmarks-peers.md), then the loop's
+collections before the first step (counted in tests/experiments/test_startup.py), then the loop's
 own ``gc.collect()`` (``kiln.core.telemetry.memory``) scans them once more; almost nothing
 of it is garbage. So an entry point holds automatic collection off while it starts
 (:func:`collection_held`), and the job freezes what start-up built just before its measured

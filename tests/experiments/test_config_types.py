@@ -73,7 +73,7 @@ def test_a_key_added_with_plus_that_the_target_does_not_take_is_refused(tmp_path
         "data.max_lenght is not an argument of TextClassificationData",
         "did you mean data.max_length",
     )
-    with pytest.raises(ValueError, match=r"model.foo is not an argument of model resnet-tiny"):
+    with pytest.raises(ValueError, match=r"model 'resnet-tiny' has no argument 'foo'"):
         _validated(["model=resnet-tiny", "data=digits", "+model.foo=1"])
     with pytest.raises(ValueError, match=r"model 'llama-tiny-lm' fixes arch='llama'"):
         _validated([*LM, "model.arch=gpt2"])

@@ -54,6 +54,17 @@ DATA_FOR_TASK = {
     "token-classification": "ner",
 }
 
+MODEL_FOR_DATA = {
+    "digits": "resnet-tiny",
+    "lm_corpus": "llama-tiny-lm",
+    "lm_text": "gpt2-tiny-lm",
+    "mlm_text": "bert-tiny-mlm",
+    "ner": "bert-tiny-token-cls",
+    "qa": "bert-tiny-qa",
+    "reverse": "t5-tiny-seq2seq",
+    "text": "minilm-cls",
+}
+
 
 def options(group: str) -> list[str]:
     return sorted(
@@ -76,6 +87,8 @@ def test_every_option_of_every_group_composes_and_validates(group):
         if group == "model":  # with data it trains on (another task's is refused)
             name = compose_train(overrides).model.name
             overrides.append(f"data={DATA_FOR_TASK[get_model_entry(name).task]}")
+        if group == "data":
+            overrides.append(f"model={MODEL_FOR_DATA[option]}")
         cfg = compose_train(overrides)
         settings = validate(_without_hydra(cfg))
         assert isinstance(settings, TrainConfig)

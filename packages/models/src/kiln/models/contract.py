@@ -78,8 +78,8 @@ def check_declared_contract(name: str, contract: int | None) -> None:
         return
     if isinstance(contract, bool) or not isinstance(contract, int) or contract < 1:
         raise ValueError(
-            f"model {name!r}: contract={contract!r} is not a contract version; use an int >= 1, "
-            "the version of kiln's model contract the plugin was written for (this kiln "
+            f"model {name!r}: contract={contract!r} is not a contract version: it must be an int "
+            ">= 1, the version of kiln's model contract the plugin was written for (this kiln "
             f"implements {CONTRACT_VERSION} and runs {', '.join(map(str, SUPPORTED_CONTRACTS))}), "
             "or leave contract unset"
         )

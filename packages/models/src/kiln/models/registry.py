@@ -344,6 +344,20 @@ def model_parameters(name: str) -> tuple[dict[str, Any], bool]:
     return {"tiny": bool, **shared}, open_
 
 
+def check_model_arguments(name: str, keys: list[str]) -> None:
+    """Refuse, before anything is built, an argument model ``name`` does not take (what
+    ``create_model`` refuses); a model whose factory takes open ``**kwargs`` (an HF config's
+    fields) is left to its own checks.
+
+    Raises:
+        ValueError: Names the model, the argument, the closest valid one and all of them.
+    """
+    params, open_ = model_parameters(name)
+    for key in [] if open_ else keys:
+        if key not in params:
+            raise ValueError(_unknown_argument(name, key, valid_arguments(name)))
+
+
 def task_data_class(name: str) -> type | None:
     """The data module class model ``name``'s task trains on: the class of its module's
     ``tiny_data()`` (``None``: the model's class has none)."""

@@ -94,8 +94,11 @@ def check_model_fits_data(model: dict[str, Any] | None, data: dict[str, Any] | N
 
     if not model or not data or "_target_" not in data or "name" not in model:
         return
+    try:
+        wanted = task_data_class(model["name"])
+    except ValueError:
+        return  # an unknown model: the config stage refuses it by name
     data_class = _class(data["_target_"])
-    wanted = task_data_class(model["name"])
     if data_class is None or wanted is None or issubclass(data_class, wanted):
         return
     tasks = {}  # the tasks whose data this is: a user's own data module has none

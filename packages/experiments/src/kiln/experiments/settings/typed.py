@@ -121,18 +121,22 @@ def check_target(prefix: str, values: Mapping[str, Any] | None) -> None:
 def check_model(values: Mapping[str, Any] | None) -> None:
     """Check the ``model`` group against the registered model's factory: its types, the
     arguments an alias fixes, and (for a model that takes no others) unknown keys."""
-    from kiln.models.registry import get_model_entry, model_parameters
+    from kiln.models.registry import check_model_arguments, get_model_entry, model_parameters
 
     if not values or "name" not in values:
         return
     name = values["name"]
     if not isinstance(name, str):
         raise ValueError(f"model.name={name!r} is not valid: use a registered model's name")
-    entry = get_model_entry(name)
+    try:
+        entry = get_model_entry(name)
+    except ValueError:
+        return  # the config stage refuses it by name once the job's plugins are loaded
     kwargs = {k: v for k, v in values.items() if k != "name"}
     entry.factory_kwargs({k: v for k, v in kwargs.items() if k != "tiny"})  # an alias's fixed
-    params, open_ = model_parameters(name)
-    check_arguments("model.", f"model {name}", params, kwargs, open_)
+    check_model_arguments(name, list(kwargs))
+    params, _ = model_parameters(name)
+    check_arguments("model.", f"model {name}", params, kwargs, open_=True)
 
 
 def check_groups(settings: Any) -> None:

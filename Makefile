@@ -1,6 +1,6 @@
 # kiln: two commands on a fresh machine with Python 3.11+ and pip.
 #   make train   the embedded default run (packaged MiniLM on kiln's generated text, CPU)
-#   make test    the fast tier of the test suite (under 10 minutes)
+#   make test    the fast tier of the test suite (under 6 minutes)
 #   make test-all  the full tier: + real-process and SLURM tests (what CI runs)
 #   make bench   a small compile x precision benchmark sweep on the CPU, and its report
 #   make test-slurm  start a local two-node SLURM cluster (root), then the `slurm` tests
@@ -38,17 +38,19 @@ train: setup
 # The fast tier runs on pytest-xdist workers (one per core, at most 4; a test module's tests
 # share one worker, so its module-scoped fixtures train once). XDIST= runs it in one process.
 XDIST ?= -n auto --maxprocesses=4 --dist loadscope
-FAST := not slow and not gpu and not process and not slurm
+FAST := not slow and not gpu and not process and not slurm and not long
+# what the xdist workers run in make test-all: the fast tier and the `long` in-process cases
+IN_PROCESS := not slow and not gpu and not process and not slurm
 
 # The fast tier: every guarantee at least once, in-process where the process is not the point.
 test: setup
 	$(RUN) pytest $(XDIST) -m "$(FAST)" $(ARGS)
 
-# The full tier: the fast tier, then (one at a time: they time signals and share the SLURM
-# cluster) the tests whose point is a real process (signals, SIGKILL, exit codes, worker
-# launches) and, when a cluster answers, SLURM's. `.ci/run` calls it.
+# The full tier: the fast tier with the `long` in-process cases, then (one at a time: they
+# time signals and share the SLURM cluster) the tests whose point is a real process (signals,
+# SIGKILL, exit codes, worker launches) and, when a cluster answers, SLURM's. `.ci/run` calls it.
 test-all: setup
-	$(RUN) pytest $(XDIST) -m "$(FAST)" $(ARGS)
+	$(RUN) pytest $(XDIST) -m "$(IN_PROCESS)" $(ARGS)
 	$(RUN) pytest -m "(process or slurm) and not slow and not gpu$(if $(SLURM_UP),, and not slurm)" $(ARGS)
 
 # Multi-minute launches and compiles; GPU tests skip themselves without a GPU.

@@ -78,7 +78,7 @@ def peak_device_batches(accumulate: int) -> int:
     return max(module.alive_at_forward)
 
 
-@pytest.mark.parametrize("accumulate", [2, 8])
+@pytest.mark.parametrize("accumulate", [2, pytest.param(8, marks=pytest.mark.long)])
 def test_device_batches_alive_do_not_grow_with_accumulation(accumulate) -> None:
     # accumulate 1 holds the batch being trained on; a window adds at most the prefetched next
     assert peak_device_batches(accumulate) <= peak_device_batches(1) + 1

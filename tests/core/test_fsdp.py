@@ -262,6 +262,7 @@ def compiled() -> list[dict]:
     return launch(compiled_runs, 2)
 
 
+@pytest.mark.long  # one 2-rank launch that compiles twice: about 30 s
 @pytest.mark.parametrize("regional", [False, True])
 def test_compile_with_fsdp_trains_and_reports_graph_breaks_and_recompiles(
     compiled, regional

@@ -80,11 +80,11 @@ def test_a_calibration_carries_the_load_of_its_own_window():
 @pytest.mark.parametrize(
     ("precision", "dtype"), [("32-true", "float32"), ("bf16-mixed", "bfloat16")]
 )
-def test_calibration_runs_at_the_precision_in_well_under_a_second(precision, dtype):
+def test_calibration_runs_at_the_precision_for_its_budget(precision, dtype):
     cal = calibrate("cpu", precision, budget_s=0.05)
     assert cal["matmul_dtype"] == dtype and cal["device"] == "cpu"
     assert cal["matmul_gflop_per_s"] > 0 and cal["copy_gb_per_s"] > 0
-    assert cal["seconds"] < 1.0
+    assert cal["seconds"] >= 2 * 0.05  # both loops ran their budget (a load cannot fail this)
 
 
 def test_an_unknown_precision_names_the_valid_ones():

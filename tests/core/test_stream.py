@@ -45,7 +45,8 @@ class StreamModule(ToyTokenModule):
         return loader(Endless(self.data), batch_size=self.batch_size, num_workers=self.workers)
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+# two loader workers: about 25 s (their start-up), in make test-all
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.long)])
 def test_a_resumed_stream_trains_on_what_the_uninterrupted_run_does(
     tmp_path: Path, workers: int
 ) -> None:

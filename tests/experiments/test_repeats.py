@@ -4,11 +4,13 @@ bootstrapped across them."""
 
 import json
 
+import pytest
 from train_helpers import FAST, explain, job_dirs, run_train
 
 from kiln.experiments.report.cli import build_report
 
 
+@pytest.mark.long  # four jobs, two compiled: about 25 s
 def test_repeats_run_interleaved_and_the_report_bootstraps_across_them(tmp_path):
     # repeat= comes last on the command line, where Hydra's basic sweeper varies it fastest
     args = ["-m", *FAST, "logger=csv", "compile=none,default", "repeat=range(2)"]

@@ -16,10 +16,12 @@ TRACE_FAST = {"bert-tiny-cls", "minilm-cls", "gpt2-tiny-lm", "llama-tiny-lm"}
 TRACE_FAST |= {"resnet-tiny", "vit-tiny"}
 TRACE_FAST |= {"bert-tiny-mlm", "bert-tiny-qa", "t5-tiny-seq2seq", "bart-tiny-seq2seq"}
 TRACE_FAST |= {"bert-tiny-token-cls"}
+# bf16, a fit step and the export: the same subset in the default suite, every model in
+# make test-all; every model's forward, backward and validation in both.
 
 
-def _params(fast: set[str]) -> list:
-    return [pytest.param(n, marks=() if n in fast else pytest.mark.slow) for n in MODELS]
+def _params(fast: set[str], mark=pytest.mark.slow) -> list:
+    return [pytest.param(n, marks=() if n in fast else mark) for n in MODELS]
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -27,7 +29,7 @@ def test_forward_backward_and_validation(name):
     kit.check_forward_backward_and_validation(name)
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", _params(TRACE_FAST, pytest.mark.long))
 def test_bf16_mixed_forward_backward(name):
     kit.check_bf16_mixed(name)
 
@@ -47,11 +49,11 @@ def test_inductor_fullgraph_matches_eager(name):
     kit.check_inductor_matches_eager(name)
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", _params(TRACE_FAST, pytest.mark.long))
 def test_one_optimizer_step_through_kiln_core(name):
     kit.check_fit_step(name)
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", _params(TRACE_FAST, pytest.mark.long))
 def test_export_loads_with_its_own_library(name, tmp_path):
     kit.check_export(name, tmp_path)

@@ -10,7 +10,7 @@ from toy import ToyTokenModule
 from trainers import trainer_config
 
 from kiln.core import fit
-from kiln.core.hooks import StepHooks
+from kiln.core.callback_points import CallbackList
 
 cfg = partial(trainer_config, max_steps=2)
 
@@ -99,25 +99,15 @@ def test_module_hooks_are_called_once_per_micro_batch_and_step() -> None:
     assert module.seen == [h for i in range(3) for h in [*per_step, f"train_batch_end {i}"]]
 
 
-class CallLog:
-    """Records what would be passed to ``fabric.call``."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def call(self, hook: str, *args) -> None:
-        self.calls.append(hook)
-
-
-def test_per_step_hooks_nobody_defines_skip_fabric_call() -> None:
-    # fabric.call inspects every listener's signature per call: skipped when all are no-ops
-    log = CallLog()
-    hooks = StepHooks(log, [ToyTokenModule(), object()])
-    hooks("on_before_backward", torch.zeros(()))
-    hooks("on_train_batch_end", {}, None, 0)
-    assert log.calls == []
-    hooks = StepHooks(log, [ToyTokenModule(), Recorder(ToyTokenModule())])
-    hooks("on_after_backward")
-    hooks = StepHooks(log, [HookedToy()])
-    hooks("on_before_optimizer_step", None)
-    assert log.calls == ["on_after_backward", "on_before_optimizer_step"]
+def test_the_per_step_points_call_only_the_listeners_that_define_them() -> None:
+    # LightningModule's no-op hooks are never called; a defined one is, with its arguments
+    calls = CallbackList([ToyTokenModule(), object()])
+    calls("on_before_backward", torch.zeros(()))
+    calls("on_train_batch_end", {}, None, 0)
+    assert calls._resolved == {"on_before_backward": [], "on_train_batch_end": []}
+    recorder = Recorder(ToyTokenModule())
+    calls = CallbackList([ToyTokenModule(), recorder])
+    calls("on_after_backward")
+    assert [name for name, _ in calls._resolved.items() if calls._resolved[name]] == [
+        "on_after_backward"
+    ]

@@ -17,12 +17,10 @@ if TYPE_CHECKING:
     import torch
     from torch.utils.data import DataLoader
 
+    from kiln.core.callback_points import CallbackList
+    from kiln.core.checkpoints.registry import CheckpointState
     from kiln.core.config import TrainerConfig
-    from kiln.core.hooks import CallbackStates, StepHooks
-    from kiln.core.telemetry.compile_watch import CompileWatch
     from kiln.core.telemetry.records import Telemetry
-    from kiln.core.telemetry.sampler import MachineSampler
-    from kiln.core.telemetry.step_timer import StepTimer
 
 
 @dataclass
@@ -46,9 +44,12 @@ class FitResult:
     run_id: str | None = None  # the run's id in its checkpoint dir's run.json and checkpoints
 
 
+_SAVED = ("global_step", "epoch", "batch_in_epoch", "skipped_steps")
+
+
 @dataclass
 class RunState:
-    """Where the run stands; :meth:`state` is what goes into checkpoints."""
+    """Where the run stands; a ``Stateful``, registered as the checkpoints' ``"loop"``."""
 
     global_step: int = 0
     epoch: int = 0
@@ -65,9 +66,10 @@ class RunState:
     micro_batch_flops: int | None = None  # forward + backward FLOPs of one micro-batch
     grad_bytes: int | None = None  # this rank's gradients, read at the first step (never saved)
     precision_audit: dict[str, Any] | None = None  # trainer.precision_audit's record (never saved)
+    stop_requested: int = 0  # a signal the stop poll agreed on, this step (never saved)
     started_at: float = field(default_factory=time.perf_counter)  # fit's start (never saved)
 
-    def state(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return {
             "global_step": self.global_step,
             "epoch": self.epoch,
@@ -80,8 +82,8 @@ class RunState:
             "run_id": self.run_id,
         }
 
-    def load(self, state: dict[str, Any]) -> None:
-        for key in ("global_step", "epoch", "batch_in_epoch", "skipped_steps"):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key in _SAVED:
             setattr(self, key, int(state[key]))
         self.history = list(state.get("history", []))
         self.validation_history = list(state.get("validation_history", []))
@@ -125,34 +127,12 @@ class Context:
     val_loader: DataLoader[Any] | None
     batches_per_epoch: int
     total_steps: int
-    watch: CompileWatch
-    timer: StepTimer
-    counts_tokens: bool  # the module's items are tokens: report tokens/s
     has_count_hook: bool  # the module defines count_items (else items = batch size)
     count_flops: bool  # trainer.count_flops, unless the module says count_flops = False
-    run_config: dict[str, Any] | None
-    hooks: StepHooks  # fabric.call for the per-step hooks
-    callback_states: CallbackStates  # the callbacks with state_dict(), saved in checkpoints
+    callbacks: CallbackList  # the module, kiln's observers, the user's callbacks
+    state: CheckpointState  # what every checkpoint holds
     activation_checkpointing: str | None = None  # how it was applied (None: off)
     start_memory_mb: float | None = None  # held when the fit began (its peak counts from there)
-    sampler: MachineSampler | None = None  # rank 0's, while the loop runs
     # compiled with CUDA graphs on a CUDA device: each training or validation forward begins
     # a new graph step, since accumulation and validation replay the graphs within one step
     cuda_graphs: bool = False
-
-    def kept(self, output: torch.Tensor) -> torch.Tensor:
-        """A step's ``output`` detached, and copied under CUDA graphs, whose next replay
-        overwrites a graph's outputs in place."""
-        return output.detach().clone() if self.cuda_graphs else output.detach()
-
-    @property
-    def objects(self) -> dict[str, Any]:
-        """The stateful objects a checkpoint saves and a resume restores."""
-        objects: dict[str, Any] = {"model": self.model, "optimizer": self.optimizer}
-        if self.scheduler is not None:
-            objects["scheduler"] = self.scheduler
-        if self.scaler is not None:
-            objects["scaler"] = self.scaler
-        if self.callback_states:  # callbacks with state_dict(): "callbacks/<key>"
-            objects["callbacks"] = self.callback_states
-        return objects

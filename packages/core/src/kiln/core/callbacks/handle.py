@@ -1,21 +1,5 @@
-"""What callbacks see of a running ``fit`` (:class:`FitHandle`) and how their state is saved.
-
-Callbacks are plain objects passed to ``fit(callbacks=...)``; the loop calls their ``on_*``
-methods through ``fabric.call`` (see ``kiln.core.module_contract``). Four hooks are kiln's own:
-
-- ``on_loop_start(fit)``: once, after setup and resume, before ``on_fit_start``; ``fit``
-  is a :class:`FitHandle`, the callback's handle on the run (weights, metrics, stop, save).
-- ``on_validation_metrics(metrics)``: after each validation, with its ``val/`` metrics
-  (the same on every rank), once ``on_validation_end`` has run.
-- ``on_step_end(step)``: after each optimizer step, outside the loop's step timer (work
-  done there is not counted in the step's time), before logging, validation, checkpoints.
-- ``on_exception(error)``: when an error (Ctrl-C included) leaves the training loop, before
-  it propagates out of ``fit``: end what the callback started (a profiler, a thread).
-
-A callback with ``state_dict()`` and ``load_state_dict(state)`` is saved in every checkpoint
-under ``checkpoint["callbacks"][key]`` and restored on resume (before ``on_loop_start``);
-``key`` is its ``state_key`` attribute, else its class name (``kiln.core.hooks`` does the
-saving).
+"""What a callback sees of a running ``fit``: :class:`FitHandle`, given to
+``on_loop_start(fit)`` (the points a callback may define are in ``callback_points.py``).
 """
 
 from __future__ import annotations

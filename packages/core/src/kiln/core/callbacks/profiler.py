@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from kiln.core.config import ProfileConfig
-from kiln.core.telemetry.profile import profiler_activities, write_profile
+from kiln.core.telemetry.profile import BETWEEN_STEPS, profiler_activities, write_profile
 from kiln.core.upstream_internals import dump_memory_snapshot, record_memory_history
 
 if TYPE_CHECKING:
@@ -46,6 +46,9 @@ class StepProfiler:
         self._cuda = False
         self._steps = 0
         self._discard = False
+        # the loop's work outside the steps (logging, validation, checkpoints, the next
+        # window's data) as a BETWEEN_STEPS range, from a step's end to the next window
+        self._between: Any = None
 
     @property
     def steps_needed(self) -> int:
@@ -79,6 +82,16 @@ class StepProfiler:
             record_memory_history(True)
         self._profiler.step()
         self._steps += 1
+        self._between = torch.profiler.record_function(BETWEEN_STEPS)
+        self._between.__enter__()
+
+    def on_window_start(self, window: list[Any]) -> None:
+        self._end_between()
+
+    def _end_between(self) -> None:
+        between, self._between = self._between, None
+        if between is not None:
+            between.__exit__(None, None, None)
 
     def on_fit_end(self) -> None:
         self._stop()
@@ -99,6 +112,7 @@ class StepProfiler:
         self._stop()
 
     def _stop(self) -> None:
+        self._end_between()
         profiler, self._profiler = self._profiler, None
         if profiler is not None:
             profiler.stop()

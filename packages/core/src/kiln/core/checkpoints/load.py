@@ -37,6 +37,19 @@ from kiln.core.checkpoints.rundir import DamagedCheckpointError
 from kiln.core.checkpoints.save import split_state, unwrapped
 
 _COMPILED_PREFIX = "_orig_mod."
+# a checkpoint of 05087a5 or earlier keeps these at its top level
+_LOOP_KEYS = (
+    "global_step",
+    "epoch",
+    "batch_in_epoch",
+    "skipped_steps",
+    "history",
+    "validation_history",
+    "metrics",
+    "stop_reason",
+    "run_id",
+)
+_WORLD_KEYS = ("world_size", "accumulate_grad_batches", "micro_batch_size", "threads_per_rank")
 _UNREADABLE = (pickle.UnpicklingError, EOFError, RuntimeError, ValueError, zipfile.BadZipFile)
 
 
@@ -92,7 +105,18 @@ def _read(path: Path, **kwargs: Any) -> dict[str, Any]:
 def _saved_meta(path: Path) -> dict[str, Any]:
     """A checkpoint's plain values: ``meta.pt`` of a directory; an earlier release's file
     whole (mmap: no tensor is read until used)."""
-    return _read(path / META) if path.is_dir() else _read(path, mmap=True)
+    return by_entry(_read(path / META) if path.is_dir() else _read(path, mmap=True))
+
+
+def by_entry(saved: dict[str, Any]) -> dict[str, Any]:
+    """``saved`` keyed by registry entry: a checkpoint written before the registry keeps the
+    loop's counters and its world at the top level; they move under ``"loop"`` and
+    ``"world"``, where the registered objects read them."""
+    if "loop" in saved or "global_step" not in saved:
+        return saved
+    saved["loop"] = {k: saved.pop(k) for k in _LOOP_KEYS if k in saved}
+    saved["world"] = {k: saved.pop(k) for k in _WORLD_KEYS if k in saved}
+    return saved
 
 
 def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
@@ -115,13 +139,16 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     check_not_a_plain_directory(path)
     saved = _saved_meta(path)
     rng = saved.get("rng")
+    loop, world = saved.get("loop", {}), saved.get("world", {})
     return {
         "config": saved.get("config"),
-        "global_step": saved.get("global_step"),
-        "epoch": saved.get("epoch"),
-        "world_size": saved.get("world_size", len(rng) if isinstance(rng, list) else None),  # pyright: ignore[reportUnknownArgumentType]
-        "threads_per_rank": saved.get("threads_per_rank"),
-        "run_id": saved.get("run_id"),
+        "global_step": loop.get("global_step"),
+        "epoch": loop.get("epoch"),
+        "world_size": world.get("world_size", len(rng) if isinstance(rng, list) else None),  # pyright: ignore[reportUnknownArgumentType]
+        "threads_per_rank": world.get("threads_per_rank"),
+        "run_id": loop.get("run_id"),
+        "history": loop.get("history", []),
+        "validation_history": loop.get("validation_history", []),
     }
 
 
@@ -162,9 +189,16 @@ def _load_dcp(path: Path, state: dict[str, Any]) -> dict[str, Any]:
 def _restore_others(
     path: Path, saved: dict[str, Any], state: dict[str, Any], loaded: set[str]
 ) -> dict[str, Any]:
-    """Load the saved state of ``state``'s other objects (scheduler, scaler, callbacks) in
-    place, plain values into ``state``; return what ``state`` did not ask for."""
-    absent = [k for k in state if k not in loaded and k not in saved]
+    """Load the saved state of ``state``'s other objects (scheduler, scaler, callbacks, the
+    loop's counters) in place, plain values into ``state``; return what ``state`` did not
+    ask for. An object with ``load_missing(path)`` decides what a checkpoint without its
+    entry means (it may raise, naming what is missing)."""
+    saved = by_entry(saved)
+    absent = [
+        k
+        for k, obj in state.items()
+        if k not in loaded and k not in saved and not callable(getattr(obj, "load_missing", None))
+    ]
     if absent:
         raise KeyError(
             f"checkpoint {path} has no {absent} (it holds {sorted(saved)}); "
@@ -172,6 +206,9 @@ def _restore_others(
         )
     for key, obj in state.items():
         if key in loaded:
+            continue
+        if key not in saved:
+            obj.load_missing(path)
             continue
         value = saved.pop(key)
         if callable(getattr(obj, "load_state_dict", None)):
@@ -230,10 +267,7 @@ def load_checkpoint(fabric: Fabric, path: str | Path, state: dict[str, Any]) -> 
             ``save_checkpoint``.
 
     Returns:
-        The saved values not in ``state`` (global step, epoch, ...), with ``"rng"`` replaced
-        by this rank's RNG state, for the loop to restore when it is time; ``None`` when the
-        checkpoint came from another number of ranks (each rank's stream belongs to the
-        world that saved it).
+        The saved values not in ``state``.
     """
     path = Path(path)
     if not path.exists():
@@ -243,12 +277,7 @@ def load_checkpoint(fabric: Fabric, path: str | Path, state: dict[str, Any]) -> 
     problem = fabric.broadcast(damage(path) if fabric.is_global_zero else None)
     if problem is not None:
         raise DamagedCheckpointError(f"checkpoint {path} is damaged: {problem}")
-    remainder = _load_legacy(path, state) if is_legacy(path) else _load_dcp(path, state)
-    rng_states = remainder.get("rng")
-    if rng_states is not None:
-        same_world = len(rng_states) == fabric.world_size
-        remainder["rng"] = rng_states[fabric.global_rank] if same_world else None
-    return remainder
+    return _load_legacy(path, state) if is_legacy(path) else _load_dcp(path, state)
 
 
 def load_weights(module: torch.nn.Module, path: str | Path, key: str = "model") -> None:

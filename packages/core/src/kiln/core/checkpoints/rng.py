@@ -80,3 +80,25 @@ def gather_rng_states() -> list[dict[str, Any]]:
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, local)
     return gathered
+
+
+class RngStreams:
+    """Every rank's random streams as one checkpoint entry (``"rng"``, a list by global
+    rank). On load, this rank's stream waits in :attr:`loaded` for the loop to restore it
+    once the epoch's iterator stands where the checkpointed run stood; ``None`` when the
+    checkpoint came from another number of ranks (each stream belongs to the world that
+    saved it)."""
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank, self.world_size = rank, world_size
+        self.loaded: dict[str, Any] | None = None
+
+    def state_dict(self) -> list[dict[str, Any]]:
+        return gather_rng_states()  # a collective: every rank saves
+
+    def load_state_dict(self, states: list[dict[str, Any]]) -> None:
+        self.loaded = states[self.rank] if len(states) == self.world_size else None
+
+    def load_missing(self, path: Any) -> None:
+        """An entry-less checkpoint: each rank starts a fresh stream (``resume``)."""
+        self.loaded = None

@@ -4,8 +4,9 @@ A checkpoint is the directory ``<dir>/step-<global_step:08d>.ckpt`` that torch d
 checkpoint (DCP) writes: the model's and the optimizer's state, each rank writing what it
 holds (its shards under FSDP; under DDP or one process the replicated tensors are written
 once), keyed by parameter name, so DCP's planner reshards them on load for any strategy and
-world size. Beside them, ``meta.pt`` (rank 0) holds the plain values (step, epoch, config,
-every rank's RNG state) and the small objects' state (scheduler, grad scaler, callbacks), and
+world size. Beside them, ``meta.pt`` (rank 0) holds every other registered piece's
+``state_dict()`` (the loop's counters, every rank's RNG state, scheduler, grad scaler,
+callbacks; ``kiln.core.checkpoints.registry``), and
 ``checksums.json`` the checksum of every other file, written last. The directory is written
 under a temporary name in the checkpoint directory and renamed into place only when complete
 and flushed to disk; ``run.json`` (see ``rundir``) then records it with its checksum. A crash
@@ -45,7 +46,6 @@ from torch.distributed.tensor import DTensor
 from kiln.core.atomic import TEMP_SUFFIX, fsync_path, replace_synced
 from kiln.core.checkpoints import checksum, rundir
 from kiln.core.checkpoints.lookup import META, checkpoint_path
-from kiln.core.checkpoints.rng import gather_rng_states
 
 log = logging.getLogger(__name__)
 
@@ -190,14 +190,13 @@ def save_checkpoint(
 
     Must be called on every rank. ``state`` maps names to the Fabric-wrapped (or plain)
     model and optimizer, other objects with ``state_dict()`` (scheduler, grad scaler,
-    callbacks) and plain values (global step, epoch, batch position, run config). Every
-    rank's RNG state is stored under ``"rng"``, a list indexed by global rank.
+    callbacks, the loop's counters; ``kiln.core.checkpoints.registry``) and plain values.
 
     Args:
         fabric: The run's Fabric.
         directory: Checkpoint directory (created if missing).
         step: The optimizer step the checkpoint holds (names it).
-        state: What to save; ``"rng"`` is reserved.
+        state: What to save, by key.
         keep_last_k: How many of the newest checkpoints to keep (>= 1).
         name: A name to save under instead of ``step-<step>.ckpt`` (e.g. ``best.ckpt``);
             such a checkpoint is never pruned nor found by ``resume="auto"``.
@@ -216,8 +215,6 @@ def save_checkpoint(
     """
     if keep_last_k < 1:
         raise ValueError(f"keep_last_k={keep_last_k} is not valid; keep at least 1 checkpoint")
-    if "rng" in state:
-        raise ValueError("state key 'rng' is reserved: it holds each rank's RNG state")
     if writes is not None:  # one save at a time: the last one is in place, or failed here
         writes.wait(fabric)
     directory = Path(directory)
@@ -229,8 +226,7 @@ def save_checkpoint(
         temp.mkdir()
     fabric.barrier()
 
-    tensors, meta = _tensor_state(state)
-    meta["rng"] = gather_rng_states()
+    tensors, meta = _tensor_state(state)  # on every rank: a state_dict() may be a collective
     size = _local_bytes(tensors)
     _write(fabric, temp, final, size, meta, None if writes is not None else tensors)
 

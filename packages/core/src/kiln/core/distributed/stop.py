@@ -151,13 +151,16 @@ class StopPoll:
 
     One process reads its own request. Several all-reduce it (max of the signal numbers)
     after every step, over a gloo group on host memory, so on GPUs it syncs no device (NCCL
-    jobs get a side gloo group).
+    jobs get a side gloo group). As the run's last callback, its ``on_step_end`` leaves the
+    answer in :attr:`signum` (no poll after the run's last step: every rank ends there).
 
     Args:
         fabric: The run's Fabric (after ``launch``).
+        total_steps: The step the run ends at.
     """
 
-    def __init__(self, fabric: Any) -> None:
+    def __init__(self, fabric: Any, total_steps: int | None = None) -> None:
+        self.total_steps, self.signum = total_steps, 0
         self.distributed = fabric.world_size > 1 and torch.distributed.is_initialized()
         self.group: torch.distributed.ProcessGroup | None = None
         if self.distributed and torch.distributed.get_backend() != "gloo":
@@ -166,6 +169,9 @@ class StopPoll:
                 torch.distributed.ProcessGroup, torch.distributed.new_group(backend="gloo")
             )
         self._flag = torch.zeros(1, dtype=torch.int32)
+
+    def on_step_end(self, step: int) -> None:
+        self.signum = self() if self.total_steps is None or step < self.total_steps else 0
 
     def __call__(self) -> int:
         """The signal number a stop was requested for on any rank, or 0 (a rank that

@@ -20,7 +20,9 @@ from __future__ import annotations
 import os
 from collections.abc import Generator
 from contextlib import ExitStack, contextmanager
+from typing import Any
 
+import torch
 from torch import nn
 
 from kiln.core.blocks import repeated_blocks
@@ -87,3 +89,22 @@ def _disk_caches(directory: str) -> Generator[None, None, None]:
             os.environ.pop(_CACHE_ENV, None)
         else:
             os.environ[_CACHE_ENV] = previous
+
+
+class OwnGradsUnderCudaGraphs:
+    """With CUDA graphs and accumulation, copy the gradients out of the graphs' memory pool
+    after a window's first backward: it hands its output over as ``.grad``, which the next
+    micro-batch's replay overwrites before the later backwards add to it."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module, self._first = module, False
+
+    def on_window_start(self, window: list[Any]) -> None:
+        self._first = len(window) > 1
+
+    def on_after_backward(self) -> None:
+        if self._first:
+            self._first = False
+            for p in self.module.parameters():
+                if p.grad is not None:
+                    p.grad = p.grad.clone()

@@ -11,10 +11,12 @@
 
 The update of a window therefore equals the update of one batch holding all of its items.
 
-``fit`` reads as its stages: ``setup`` (``loop/setup.py``), ``resume``
-(``loop/resume.py``), then a loop of ``train_step`` (``loop/step.py``) and
-``LogValidateCheckpoint.after_step`` (``loop/log_validate_checkpoint.py``: each on its
-period), then ``finish`` (below).
+Where things are: ``setup`` (``loop/setup.py``) builds Fabric, the loaders, the model and
+the optimizer and registers what checkpoints hold (``checkpoints/registry.py``); ``resume``
+(``loop/resume.py``) loads a checkpoint into the registry; :func:`train` below is the loop:
+``train_step`` (``loop/step.py``, the whole step), then ``LogValidateCheckpoint.after_step``
+(``loop/log_validate_checkpoint.py``, each on its period); ``finish`` gathers the
+telemetry. What watches the run is callbacks at named points (``callback_points.py``).
 """
 
 from __future__ import annotations
@@ -23,16 +25,17 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Generator, Iterator, Sequence
+from contextlib import contextmanager
 from itertools import islice
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import torch
 
+from kiln.core.callback_points import CallbackList
 from kiln.core.callbacks.handle import FitHandle
-from kiln.core.callbacks.profiler import StepProfiler
+from kiln.core.checkpoints.registry import Record
 from kiln.core.checkpoints.rng import restore_rng_state
 from kiln.core.config import CompileConfig, TrainerConfig
 from kiln.core.distributed.stop import StopPoll, listening
@@ -44,20 +47,16 @@ from kiln.core.errors import (
     NonFiniteLossError,
 )
 from kiln.core.loop.activation_checkpointing import activation_checkpointing
-from kiln.core.loop.compile import compile_scope
+from kiln.core.loop.compile import OwnGradsUnderCudaGraphs, compile_scope
 from kiln.core.loop.data import epoch_batches
-from kiln.core.loop.first_step import LATER_STEPS, FirstStep, StepExtras
+from kiln.core.loop.first_step import FirstStep
 from kiln.core.loop.log_validate_checkpoint import LogValidateCheckpoint
+from kiln.core.loop.observers import observers
 from kiln.core.loop.resume import resume
 from kiln.core.loop.setup import setup
 from kiln.core.loop.step import train_step
 from kiln.core.state import Context, FitResult, RunState
-from kiln.core.telemetry.flops import flops_telemetry, peak_flops_per_s
-from kiln.core.telemetry.memory import device_peak_memory_mb, state_bytes
-from kiln.core.telemetry.padding import padding_fraction, window_padding
-from kiln.core.telemetry.profile import BETWEEN_STEPS
 from kiln.core.telemetry.records import Telemetry
-from kiln.core.telemetry.sampler import MachineSampler
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +82,7 @@ def fit(
         trainer: What the loop does (steps, accumulation, precision, devices, checkpoints).
         compile_config: How ``torch.compile`` is applied; ``None`` trains eagerly.
         loggers: Fabric loggers (``fabric.log_dict`` goes to each; only rank 0 writes).
-        callbacks: Extra objects whose ``on_*`` hooks are called with the module's.
+        callbacks: Objects whose ``on_*`` points are called (``kiln.core.callback_points``).
         plugins: Extra Fabric plugins; a precision plugin replaces ``trainer.precision``.
         run_config: The run's configuration, stored in every checkpoint.
 
@@ -107,41 +106,51 @@ def fit(
         _result_on_error(run),
         _prepared(module, trainer, compile_config) as (checkpointed, blocks),
     ):
-        ctx = setup(module, trainer, compile_config, loggers, callbacks, plugins, run_config)
-        ctx.watch.compiled_blocks, ctx.activation_checkpointing = len(blocks), checkpointed
+        ctx = setup(module, trainer, compile_config, loggers, callbacks, plugins)
+        ctx.activation_checkpointing = checkpointed
+        ctx.state.register("loop", run)  # the loop's counters, histories and metrics
+        ctx.state.register("config", Record(run_config))
         resume_rng = resume(ctx, run)
+        poll = StopPoll(ctx.fabric, ctx.total_steps)  # the last callback: decides the stop
+        ctx.callbacks = CallbackList(
+            [
+                module,
+                FirstStep(ctx, run),
+                *observers(ctx, run, compile_config, len(blocks)),
+                *([OwnGradsUnderCudaGraphs(ctx.module)] if ctx.cuda_graphs else []),
+                *(callbacks or []),
+                poll,
+            ]
+        )
         periodic = LogValidateCheckpoint(ctx, run)
         windows = train_windows(ctx, run, resume_rng)
         handle = FitHandle(ctx, run, periodic.checkpoint, periodic.checkpoint_at_step_end)
-        ctx.fabric.call("on_loop_start", handle)
-        ctx.fabric.call("on_fit_start")
-        ctx.model.train()
-        poll = StopPoll(ctx.fabric)
-        extras: StepExtras = FirstStep(ctx, run)  # then LATER_STEPS
-        between = _between_steps(callbacks)
-        with (
-            _callbacks_told_of_errors(ctx.fabric),
-            periodic.progress,
-            listening(),
-            periodic.closed_on_error(),
-            _sampling(ctx, run),
-        ):
-            # a stop a callback or a signal requested is honoured here, at the step boundary
-            while run.global_step < ctx.total_steps and run.stop_reason is None:
-                with between():
-                    window = next(windows)
-                    ctx.timer.count_padding(window_padding(ctx.module, window))  # host batches
-                out = train_step(ctx, run, window, extras)
-                ctx.fabric.call("on_step_end", run.global_step)  # outside the step's timer
-                extras = LATER_STEPS
-                with between():
-                    signum = poll() if run.global_step < ctx.total_steps else 0
-                    periodic.after_step(out, interrupted=bool(signum))
-                if signum:  # after the checkpoint: a resumed run must not stay stopped
-                    run.stop_reason, run.stop_signal = "signal", signal.Signals(signum).name
-            periodic.wait_for_checkpoints()  # the last one in place before anyone reads it
-        ctx.fabric.call("on_fit_end")
+        with _callbacks_told_of_errors(ctx.callbacks), listening(), periodic.closed_on_error():
+            ctx.callbacks("on_loop_start", handle)
+            ctx.callbacks("on_fit_start")
+            train(ctx, run, windows, periodic, poll)
+        ctx.callbacks("on_fit_end")
         return finish(ctx, run)
+
+
+def train(
+    ctx: Context,
+    run: RunState,
+    windows: Iterator[list[Any]],
+    periodic: LogValidateCheckpoint,
+    poll: StopPoll,
+) -> None:
+    """The loop: a step, its callbacks, then logging, validation and checkpoints on their
+    periods, until ``max_steps`` (or the epochs) or a stop."""
+    ctx.model.train()
+    # a stop a callback or a signal requested is honoured here, at the step boundary
+    while run.global_step < ctx.total_steps and run.stop_reason is None:
+        out = train_step(ctx, run, next(windows))
+        ctx.callbacks("on_step_end", run.global_step)  # the stop poll answers last
+        periodic.after_step(out, interrupted=bool(poll.signum))
+        if poll.signum:  # after the checkpoint: a resumed run must not stay stopped
+            run.stop_reason, run.stop_signal = "signal", signal.Signals(poll.signum).name
+    periodic.wait_for_checkpoints()  # the last one in place before anyone reads it
 
 
 def train_windows(
@@ -179,46 +188,27 @@ def _start_epoch(ctx: Context, run: RunState) -> Iterator[Any]:
     batches = epoch_batches(
         ctx.fabric, ctx.train_loader, ctx.trainer.seed, run.epoch, skip=run.batch_in_epoch
     )
-    ctx.fabric.call("on_train_epoch_start")
+    ctx.callbacks("on_train_epoch_start")
     return batches
 
 
 def finish(ctx: Context, run: RunState) -> FitResult:
-    """Gather the run's telemetry, log it once, finalize the loggers, return the result."""
-    fabric, trainer = ctx.fabric, ctx.trainer
+    """Gather the run's telemetry (each observer adds its own), log it once, finalize the
+    loggers, return the result."""
+    fabric = ctx.fabric
     if run.stop_reason is None:
-        at_max_steps = ctx.total_steps == trainer.max_steps
+        at_max_steps = ctx.total_steps == ctx.trainer.max_steps
         run.stop_reason = "max_steps" if at_max_steps else "max_epochs"
-    timing = ctx.timer.summary(trainer.warmup_steps)
-    telemetry: Telemetry = {
-        **ctx.watch.snapshot(),
-        **timing,
-        **padding_fraction(fabric, ctx.timer.measured_padding(trainer.warmup_steps)),
-        # the measured steps' own times: what a report bootstraps a speedup's interval from
-        "step_times_s": ctx.timer.measured_times(trainer.warmup_steps),
-        **flops_telemetry(
-            run.micro_batch_flops,
-            trainer.accumulate_grad_batches,
-            fabric.world_size,
-            timing.get("step_time_median_s"),
-            peak_flops_per_s(fabric.device, trainer.precision),
-        ),
-        "peak_memory_mb": device_peak_memory_mb(fabric.device),
-        "start_memory_mb": ctx.start_memory_mb,  # peak - start: what the fit itself added
-        # this rank's share (its shard under FSDP); gradients as the first step held them
-        **state_bytes(ctx.module, ctx.optimizer),
-        "grad_bytes": run.grad_bytes,
+    telemetry: dict[str, Any] = {
         "activation_checkpointing": ctx.activation_checkpointing,
         "skipped_steps": run.skipped_steps,
-        # this attempt's whole fit: setup, compile, every step, validation, checkpoints
-        "total_time_s": time.perf_counter() - run.started_at,
+        "grad_bytes": run.grad_bytes,  # this rank's, as the first step held them
     }
     if run.precision_audit:
         telemetry["precision_audit"] = run.precision_audit
-    if ctx.sampler is not None:
-        # the timer holds this attempt's steps; its measured ones follow the warm-up
-        first = trainer.warmup_steps if len(ctx.timer) > trainer.warmup_steps else 0
-        telemetry["machine_series"] = ctx.sampler.series(run.global_step - len(ctx.timer) + first)
+    ctx.callbacks("on_fit_telemetry", telemetry)
+    # this attempt's whole fit: setup, compile, every step, validation, checkpoints
+    telemetry["total_time_s"] = time.perf_counter() - run.started_at
     if fabric.is_global_zero and fabric.loggers and run.stop_reason != "signal":
         fabric.log_dict(  # once, at the run's real end (not where a signal paused it)
             {f"telemetry/{k}": v for k, v in telemetry.items() if isinstance(v, int | float)},
@@ -226,7 +216,7 @@ def finish(ctx: Context, run: RunState) -> FitResult:
         )
         for logger in fabric.loggers:
             logger.finalize("success")
-    return run.result(telemetry)
+    return run.result(cast(Telemetry, telemetry))
 
 
 @contextmanager
@@ -244,30 +234,7 @@ def _prepared(
 
 
 @contextmanager
-def _sampling(ctx: Context, run: RunState) -> Generator[None, None, None]:
-    """The machine sampled on rank 0 while the loop runs (``trainer.machine_sample_s``)."""
-    interval = ctx.trainer.machine_sample_s
-    if interval is None or not ctx.fabric.is_global_zero:
-        yield
-        return
-    device = ctx.fabric.device
-    gpu = (device.index or 0) if device.type == "cuda" else None
-    ctx.sampler = MachineSampler(lambda: run.global_step, interval, gpu)
-    with ctx.sampler:
-        yield
-
-
-def _between_steps(callbacks: Sequence[Any] | None) -> Callable[[], AbstractContextManager[Any]]:
-    """What marks the loop's work outside the step timer (the next window's data, logging,
-    validation, checkpoints) in a profile: a ``BETWEEN_STEPS`` range while a
-    :class:`StepProfiler` is among ``callbacks``, else nothing (no cost)."""
-    if any(isinstance(c, StepProfiler) for c in callbacks or ()):
-        return lambda: torch.profiler.record_function(BETWEEN_STEPS)
-    return nullcontext
-
-
-@contextmanager
-def _callbacks_told_of_errors(fabric: L.Fabric) -> Generator[None, None, None]:
+def _callbacks_told_of_errors(callbacks: CallbackList) -> Generator[None, None, None]:
     """``on_exception(error)`` on the module and callbacks when an error (Ctrl-C included)
     leaves the loop, as Lightning's Trainer does: what they started (a profiler, a thread)
     ends there instead of outliving the run."""
@@ -275,7 +242,7 @@ def _callbacks_told_of_errors(fabric: L.Fabric) -> Generator[None, None, None]:
         yield
     except BaseException as error:
         try:
-            fabric.call("on_exception", error)
+            callbacks("on_exception", error)
         except Exception:  # the run's own error is the news, not a callback's about it
             log.exception("a callback's on_exception failed")
         raise

@@ -1,5 +1,5 @@
 """What happens after each optimizer step, on its own period: log the training loss,
-validate, checkpoint, and move the progress bar.
+validate, checkpoint.
 
 Step losses stay on the device until a log step or a checkpoint, where they are brought to
 the host together (one sync point) and checked: a non-finite loss stops the run before it
@@ -19,14 +19,16 @@ import torch
 
 from kiln.core.checkpoints.save import CheckpointWrites, save_checkpoint
 from kiln.core.distributed.stop import requested_signal
-from kiln.core.errors import NonFiniteLossError, check_finite_weights, check_window_total
-from kiln.core.loop.data import micro_batch_size
-from kiln.core.loop.step import StepOutput, all_reduce_sum, as_count_tensor, window_loss_sums
-from kiln.core.loop.stream import STATE_KEY as STREAM_KEY
-from kiln.core.loop.stream import gather_stream_state, is_stream
+from kiln.core.errors import NonFiniteLossError, check_finite_weights
+from kiln.core.loop.step import (
+    StepOutput,
+    all_reduce_sum,
+    as_count_tensor,
+    check_window_total,
+    window_loss_sums,
+)
 from kiln.core.loop.validation import validate
 from kiln.core.state import Context, RunState
-from kiln.core.telemetry.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +39,7 @@ class LogValidateCheckpoint:
 
     Args:
         ctx: What ``setup`` built.
-        run: Where the run stands (after any resume: the progress bar starts there).
+        run: Where the run stands.
     """
 
     def __init__(self, ctx: Context, run: RunState) -> None:
@@ -49,11 +51,6 @@ class LogValidateCheckpoint:
         wanted = ctx.trainer.async_checkpoint
         self._async = ctx.fabric.device.type == "cuda" if wanted is None else wanted
         self._committing: Path | None = None  # the periodic checkpoint being written
-        self.progress = Progress(
-            ctx.total_steps,
-            enabled=ctx.trainer.progress and ctx.fabric.is_global_zero,
-            start_step=run.global_step,
-        )
 
     def after_step(self, out: StepOutput, interrupted: bool = False) -> None:
         """Log, validate and checkpoint as ``trainer`` says; all three at the last step.
@@ -68,8 +65,6 @@ class LogValidateCheckpoint:
         logged = done or _every(run.global_step, trainer.log_every_n_steps)
         if logged:
             self.log(out.grad_norm)
-        else:
-            self.progress.update(run.global_step, None, None)
         if done or _every(run.global_step, trainer.val_every_n_steps):
             self.validate()
         if run.stop_reason is not None and not done:  # stopped at this validation
@@ -96,10 +91,11 @@ class LogValidateCheckpoint:
             self.run.metrics = metrics
             # in the checkpoints: a resumed run re-logs what a killed one's logger lost
             self.run.validation_history.append({"step": self.run.global_step, **metrics})
-            self.ctx.fabric.call("on_validation_metrics", metrics)
+            self.ctx.callbacks("on_validation_metrics", metrics)
 
     def log(self, grad_norm: torch.Tensor | None) -> None:
-        """Log the latest step's loss, learning rate and grad norm; update the progress."""
+        """Log the latest step's loss, learning rate and grad norm (``on_log`` first: a
+        callback may add entries for the loggers; the run's history keeps the row)."""
         ctx, run = self.ctx, self.run
         step, loss = self.flush()[-1]
         row: dict[str, Any] = {
@@ -112,9 +108,7 @@ class LogValidateCheckpoint:
             row["train/grad_norm"] = float(grad_norm)
         run.history.append(row)
         logged = {k: v for k, v in row.items() if k != "step"}
-        if ctx.sampler is not None:  # the machine since the last log row: W&B's, not the
-            # run's history, which checkpoints carry and a resume must reproduce exactly
-            logged |= {f"machine/{k}": v for k, v in ctx.sampler.since_last_read().items()}
+        ctx.callbacks("on_log", step, logged)
         try:
             ctx.fabric.log_dict(logged, step=step)
         except Exception as error:
@@ -123,9 +117,6 @@ class LogValidateCheckpoint:
             # stopping for a signal (a killed launch agent took the W&B service with it): the
             # checkpoint must still be written; it keeps this row, and the resumed run logs it
             log.warning("logging step %d failed while stopping: %r", step, error)
-        throughput = ctx.timer.recent_samples_per_s(ctx.trainer.log_every_n_steps)
-        self.progress.update(run.global_step, loss, throughput)
-        ctx.watch.check()
 
     def checkpoint(self, path: Path | None = None) -> Path:
         """Save the run where it stands (after checking the losses since the last sync and
@@ -140,19 +131,6 @@ class LogValidateCheckpoint:
         self.flush()  # never save weights after a non-finite loss
         # the loss is computed before the update: only the weights show an overflowed step
         check_finite_weights(ctx.fabric, ctx.model, run.global_step)
-        state = {
-            **ctx.objects,
-            **run.state(),
-            "config": ctx.run_config,
-            "world_size": ctx.fabric.world_size,
-            # with the world size, the global batch a resume on another world must keep
-            "accumulate_grad_batches": ctx.trainer.accumulate_grad_batches,
-            "micro_batch_size": micro_batch_size(ctx.train_loader),
-            # a resume on another count continues, but its float sums add in another order
-            "threads_per_rank": torch.get_num_threads(),
-        }
-        if is_stream(ctx.train_loader):  # a stream's position is its own: every rank's
-            state[STREAM_KEY] = gather_stream_state(ctx.fabric, ctx.train_loader)
         directory = ctx.trainer.checkpoint_dir if path is None else path.parent
         if directory is None:
             raise ValueError(
@@ -164,7 +142,7 @@ class LogValidateCheckpoint:
             ctx.fabric,
             directory,
             run.global_step,
-            state,
+            ctx.state.objects(),  # every registered piece (kiln.core.checkpoints.registry)
             keep_last_k=ctx.trainer.keep_last_k,
             name=None if path is None else path.name,
             run_id=run.run_id,
@@ -219,7 +197,6 @@ class LogValidateCheckpoint:
         host_totals = cast(list[float], totals.tolist())  # pyright: ignore[reportUnknownMemberType]
         for p, total in zip(pending, host_totals, strict=True):
             check_window_total(int(total), p.step)  # before the NaN that 0/0 makes is reported
-        self.ctx.timer.sync()
         for p, value in zip(pending, losses, strict=True):
             if not math.isfinite(value):
                 raise NonFiniteLossError(

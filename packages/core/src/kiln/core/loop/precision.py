@@ -7,11 +7,10 @@ kiln's plugin keeps float64 outputs, making ``64-true`` exact to float64 roundin
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
-from lightning.fabric.plugins.precision import DoublePrecision, Precision
+from lightning.fabric.plugins.precision import DoublePrecision
 
 # lightning re-exports lightning_utilities' function, whose `function` is a bare Callable
 from lightning.fabric.utilities.apply_func import (
@@ -43,20 +42,7 @@ def call_step_hook(fabric: Any, model: Any, hook: str, *args: Any) -> Any:
     (``sharding.through_root``), as the training step does.
     """
     from kiln.core.distributed.sharding import is_sharded, through_root
+    from kiln.core.loop.step import call_under_precision
 
     fn = through_root(model, hook) if is_sharded(fabric.strategy) else getattr(model, hook)
     return call_under_precision(fabric.strategy.precision, fn, *args)
-
-
-def call_under_precision(precision: Precision, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` with ``precision``'s input/output conversion and forward context.
-
-    Fabric's plain ``Precision`` (``32-true``) converts nothing and has no context: ``fn``
-    is called directly, sparing two walks over the batch and the outputs per call.
-    """
-    if type(precision) is Precision:
-        return fn(*args)
-    args = precision.convert_input(args)
-    with precision.forward_context():  # pyright: ignore[reportUnknownMemberType]  # bare type
-        out = fn(*args)
-    return precision.convert_output(out)

@@ -256,7 +256,8 @@ def precision_audit(
     import lightning as L
     from lightning.fabric.plugins.environments.lightning import LightningEnvironment
 
-    from kiln.core.loop.precision import ExactDoublePrecision, call_under_precision
+    from kiln.core.loop.precision import ExactDoublePrecision
+    from kiln.core.loop.step import call_under_precision
 
     # one local process whatever the environment (no SLURM detection), as fit would run it
     plugins: list[Any] = [LightningEnvironment()]

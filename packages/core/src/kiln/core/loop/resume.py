@@ -17,8 +17,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from kiln.core.checkpoints.load import load_checkpoint
 from kiln.core.checkpoints.lookup import checkpoint_candidates
+from kiln.core.checkpoints.rng import RngStreams
 from kiln.core.checkpoints.rundir import (
     CheckpointDirError,
     DamagedCheckpointError,
@@ -29,8 +32,30 @@ from kiln.core.checkpoints.rundir import (
 from kiln.core.config import check_global_batch
 from kiln.core.loop.data import dataset_size, epoch_batcher, epoch_samples, micro_batch_size
 from kiln.core.loop.seeding import seed_rank_streams
-from kiln.core.loop.stream import is_stream, restore_stream
+from kiln.core.loop.stream import STATE_KEY, is_stream
 from kiln.core.state import Context, RunState
+
+
+class WorldRecord:
+    """The world a checkpoint was written on (entry ``"world"``): its processes, global
+    batch and threads; on load, what was saved waits in :attr:`saved` for the checks."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.saved: dict[str, Any] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "world_size": self.ctx.fabric.world_size,
+            # with the world size, the global batch a resume on another world must keep
+            "accumulate_grad_batches": self.ctx.trainer.accumulate_grad_batches,
+            "micro_batch_size": micro_batch_size(self.ctx.train_loader),
+            # a resume on another count continues, but its float sums add in another order
+            "threads_per_rank": torch.get_num_threads(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.saved = dict(state)
 
 
 def resume(ctx: Context, run: RunState) -> dict[str, Any] | None:
@@ -46,44 +71,40 @@ def resume(ctx: Context, run: RunState) -> dict[str, Any] | None:
         This rank's saved RNG state, for the loop to restore once the epoch's iterator
         stands where the checkpointed run stood; ``None`` for a fresh run.
     """
+    world, rng = WorldRecord(ctx), RngStreams(ctx.fabric.global_rank, ctx.fabric.world_size)
+    ctx.state.register("world", world)
+    ctx.state.register("rng", rng)
     damaged: list[Path] = []
-    rest = _load(ctx, run, damaged)
-    _claim(ctx, run, None if rest is None else rest["path"], damaged)
-    return None if rest is None else rest["rng"]
+    path = _load(ctx, run, world, damaged)
+    _claim(ctx, run, path, damaged)
+    return None if path is None else rng.loaded
 
 
-def _load(ctx: Context, run: RunState, damaged: list[Path]) -> dict[str, Any] | None:
-    """Load the checkpoint to resume from (``damaged``: gets the newer ones ``auto`` skipped)."""
+def _load(ctx: Context, run: RunState, world: WorldRecord, damaged: list[Path]) -> Path | None:
+    """Load the checkpoint to resume from into every registered object; return its path
+    (``damaged``: gets the newer ones ``auto`` skipped)."""
     trainer = ctx.trainer
     if trainer.resume is None:
         return None
-    if trainer.resume == "auto":
-        assert trainer.checkpoint_dir is not None  # TrainerConfig requires it with "auto"
-        candidates = checkpoint_candidates(trainer.checkpoint_dir)
-    else:
-        path = Path(trainer.resume)
-        if not path.exists():
-            raise FileNotFoundError(f"trainer.resume={trainer.resume!r}: no such checkpoint file")
-        candidates = [path]
+    candidates = _candidates(trainer)
     for path in candidates:
+        if STATE_KEY in ctx.state:  # a stream refuses another world, naming the checkpoint
+            ctx.state[STATE_KEY].path = path
         try:
-            rest = load_checkpoint(ctx.fabric, path, ctx.objects)
+            load_checkpoint(ctx.fabric, path, ctx.state.objects())
         except DamagedCheckpointError as error:
             if trainer.resume != "auto":
                 raise
             warnings.warn(f"{error}; falling back to the previous checkpoint", stacklevel=2)
             damaged.append(path)
             continue
-        if is_stream(ctx.train_loader):
-            restore_stream(ctx.fabric, ctx.train_loader, rest, path)  # refuses another world
-        else:
-            _check_world_size(ctx, path, rest)
-        run.load(rest)
-        if rest.get("rng") is None:  # another world's streams: a fresh one per rank and step
-            world = ctx.fabric.world_size
-            seed_rank_streams(trainer.seed + world * run.global_step, ctx.fabric.global_rank)
+        if not is_stream(ctx.train_loader):
+            _check_world_size(ctx, path, world.saved, run)
+        if ctx.state["rng"].loaded is None:  # another world's: a fresh one per rank and step
+            size = ctx.fabric.world_size
+            seed_rank_streams(trainer.seed + size * run.global_step, ctx.fabric.global_rank)
         ctx.fabric.print(f"resumed from {path} at step {run.global_step}")
-        return {**rest, "path": path}
+        return path
     if candidates:  # every one was damaged: starting over would silently lose the run
         raise DamagedCheckpointError(
             f"no intact checkpoint in trainer.checkpoint_dir={trainer.checkpoint_dir!r} (damaged: "
@@ -93,7 +114,18 @@ def _load(ctx: Context, run: RunState, damaged: list[Path]) -> dict[str, Any] | 
     return None
 
 
-def _check_world_size(ctx: Context, path: Path, rest: dict[str, Any]) -> None:
+def _candidates(trainer: Any) -> list[Path]:
+    """The checkpoints to try, newest first: this directory's run's with ``auto``."""
+    if trainer.resume == "auto":
+        assert trainer.checkpoint_dir is not None  # TrainerConfig requires it with "auto"
+        return checkpoint_candidates(trainer.checkpoint_dir)
+    path = Path(trainer.resume)
+    if not path.exists():
+        raise FileNotFoundError(f"trainer.resume={trainer.resume!r}: no such checkpoint file")
+    return [path]
+
+
+def _check_world_size(ctx: Context, path: Path, rest: dict[str, Any], run: RunState) -> None:
     """Let a checkpoint of ``W0`` ranks continue on this run's ``W`` when the global batch
     (devices x micro-batch x accumulation) is the same: step ``k`` then trains on the same
     samples (``kiln.core.loop.data``), and only where the run stands in the epoch is converted.
@@ -121,7 +153,7 @@ def _check_world_size(ctx: Context, path: Path, rest: dict[str, Any]) -> None:
     accumulate = ctx.trainer.accumulate_grad_batches
     check_global_batch(where, (saved, saved_batch, saved_accumulate), (world, batch, accumulate))
     # the epoch's positions trained so far, dealt to this world's ranks
-    rest["batch_in_epoch"] = rest["batch_in_epoch"] * saved * saved_batch // (world * batch)
+    run.batch_in_epoch = run.batch_in_epoch * saved * saved_batch // (world * batch)
     _say_if_the_epoch_tails_differ(ctx, saved, saved_batch, world, batch)
     ctx.fabric.print(
         f"resuming a run of {saved} processes on {world}: accumulate_grad_batches "

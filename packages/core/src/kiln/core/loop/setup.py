@@ -17,6 +17,8 @@ from lightning.fabric.plugins import ClusterEnvironment, Precision
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader
 
+from kiln.core.callback_points import CallbackList, CallbackStates
+from kiln.core.checkpoints.registry import CheckpointState
 from kiln.core.checkpoints.rundir import check_writable
 from kiln.core.config import CompileConfig, TrainerConfig
 from kiln.core.distributed.launch import check_world_size, launched_externally
@@ -27,16 +29,19 @@ from kiln.core.distributed.sharding import (
     one_process_environment,
     through_root,
 )
-from kiln.core.hooks import CallbackStates, StepHooks
 from kiln.core.loop.data import training_loader
 from kiln.core.loop.optim import unpack_optimizers
 from kiln.core.loop.precision import ExactDoublePrecision
 from kiln.core.loop.seeding import seed_rank_streams
-from kiln.core.loop.stream import check_stream, is_stream, stream_batches_per_epoch
+from kiln.core.loop.stream import (
+    STATE_KEY,
+    StreamPosition,
+    check_stream,
+    is_stream,
+    stream_batches_per_epoch,
+)
 from kiln.core.state import Context
-from kiln.core.telemetry.compile_watch import CompileWatch
 from kiln.core.telemetry.memory import reset_peak_memory
-from kiln.core.telemetry.step_timer import StepTimer
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +53,6 @@ def setup(
     loggers: Sequence[Any] | None,
     callbacks: Sequence[Any] | None,
     plugins: Sequence[Any] | None,
-    run_config: dict[str, Any] | None,
 ) -> Context:
     """Build Fabric, the loaders, the (compiled) model and the optimizer for ``fit``."""
     fabric = build_fabric(trainer, loggers, [module, *(callbacks or [])], plugins)
@@ -72,8 +76,6 @@ def setup(
     # for tensors and modules only)
     module.total_steps = total_steps  # pyright: ignore[reportArgumentType]
 
-    watch = CompileWatch(compile_config.recompile_warn_threshold)
-    watch.start()
     model = fabric.setup_module(_compiled(module, compile_config))
     sharded = is_sharded(fabric.strategy)
     # Weights are now rank 0's on every rank (DDP broadcasts parameters and buffers, FSDP
@@ -81,7 +83,7 @@ def setup(
     # here each rank draws its own dropout/augmentation stream (restored on resume).
     seed_rank_streams(trainer.seed, fabric.global_rank)
     optimizer, scheduler = unpack_optimizers(module.configure_optimizers())
-    return Context(
+    ctx = Context(
         fabric=fabric,
         trainer=trainer,
         module=module,
@@ -94,17 +96,36 @@ def setup(
         val_loader=val_loader,
         batches_per_epoch=batches_per_epoch,
         total_steps=total_steps,
-        watch=watch,
-        timer=StepTimer(fabric.device),
-        counts_tokens=bool(getattr(module, "items_are_tokens", False)),
         has_count_hook=callable(getattr(module, "count_items", None)),
         count_flops=_counts_flops(fabric, module, trainer, sharded),
-        run_config=run_config,
-        hooks=StepHooks(fabric, [module, *(callbacks or [])]),
-        callback_states=CallbackStates(callbacks or []),
+        callbacks=CallbackList([module, *(callbacks or [])]),
+        state=CheckpointState(),
         start_memory_mb=start_memory_mb,
         cuda_graphs=compile_config.uses_cuda_graphs and fabric.device.type == "cuda",
     )
+    _register_state(ctx, callbacks or [])
+    return ctx
+
+
+def _register_state(ctx: Context, callbacks: Sequence[Any]) -> None:
+    """What setup built that a checkpoint holds: the model and optimizer (torch distributed
+    checkpoint reshards them), scheduler, grad scaler, stateful callbacks, a stream's
+    position, and whatever the module registers (its ``checkpoint_state()``)."""
+    state = ctx.state
+    state.register("model", ctx.model)
+    state.register("optimizer", ctx.optimizer)
+    if ctx.scheduler is not None:
+        state.register("scheduler", ctx.scheduler)
+    if ctx.scaler is not None:
+        state.register("scaler", ctx.scaler)
+    stateful = CallbackStates(callbacks)  # callbacks with state_dict(): "callbacks/<key>"
+    if stateful:
+        state.register("callbacks", stateful)
+    if is_stream(ctx.train_loader):  # a stream's position is its own: every rank's
+        state.register(STATE_KEY, StreamPosition(ctx.fabric, ctx.train_loader))
+    own: Callable[[], dict[str, Any]] | None = getattr(ctx.module, "checkpoint_state", None)
+    for key, obj in (own() if callable(own) else {}).items():
+        state.register(key, obj)
 
 
 def build_fabric(

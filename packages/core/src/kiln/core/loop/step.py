@@ -1,24 +1,27 @@
-"""One optimizer step: forward and backward over a window of micro-batches, then the update.
+"""One optimizer step, top to bottom: a window of micro-batches forward and backward, then
+the update. Everything that is not the step's math hooks in at the callback points
+(``kiln.core.callback_points``): timing, padding, the first step's checks, profiling.
 
-The window's loss is the sum of per-item losses over every micro-batch and rank divided by
-the window's item count over all ranks, so the update equals that of one batch holding all
-of them. Item counts are exact: host integers on the one-process path, float64 tensors
-(float32 on MPS, which has no float64) when they live on the device or cross ranks.
+The accumulation rule: the window's loss is the sum of per-item losses over every
+micro-batch and rank divided by the window's item count over all ranks, so the update
+equals that of one batch holding all of them; an epoch's short last window is normalized
+by its own count. Item counts are exact: host integers on the one-process path, float64
+tensors (float32 on MPS, which has no float64) when they live on the device or cross ranks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, cast
 
 import lightning as L
 import torch
+from lightning.fabric.plugins.precision import Precision
 
-from kiln.core.errors import NonFiniteGradientError, check_window_total
-from kiln.core.loop.first_step import LATER_STEPS, StepExtras
-from kiln.core.loop.precision import call_under_precision
-from kiln.core.module_contract import as_dict, count_items, default_count_items
+from kiln.core.errors import EmptyWindowError, NonFiniteGradientError
+from kiln.core.module_contract import default_count_items
 from kiln.core.state import Context, RunState
 
 _AT_LEAST_FP32 = (torch.float32, torch.float64)
@@ -37,63 +40,29 @@ class StepOutput:
     grad_norm: torch.Tensor | None  # with clipping only
 
 
-def train_step(
-    ctx: Context, run: RunState, window: list[Any], extras: StepExtras = LATER_STEPS
-) -> StepOutput:
+def train_step(ctx: Context, run: RunState, window: list[Any]) -> StepOutput:
     """Train on ``window`` (host micro-batches) and take one optimizer step; advance ``run``.
-    ``extras``: the first step's one-off work (:class:`~kiln.core.loop.first_step.FirstStep`)."""
-    extras.before(window)
-    ctx.timer.start()
-    with extras.around_window():
-        losses, items, total, samples, last = train_window(ctx, window, run.batch_in_epoch)
-    extras.after_backward(window, items)
-    step = run.global_step + 1
-    grad_norm, skipped, run.lr = optimizer_step(ctx, step, total)
-    run.skipped_steps += skipped
-    run.global_step = step
-    run.batch_in_epoch += len(window)
-    ctx.hooks("on_train_batch_end", *last)  # as in Lightning: after the window's step
-    if run.batch_in_epoch >= ctx.batches_per_epoch:
-        ctx.fabric.call("on_train_epoch_end")
-        run.epoch += 1
-        run.batch_in_epoch = 0
-    ctx.timer.stop(samples * ctx.fabric.world_size, total if ctx.counts_tokens else None)
-    return StepOutput(step, losses, items, total, grad_norm)
 
-
-def train_window(
-    ctx: Context, window: list[Any], first_batch_idx: int
-) -> tuple[list[torch.Tensor], list[Any], int | torch.Tensor, int, tuple[Any, Any, int]]:
-    """Forward and backward every micro-batch of a window.
-
-    Each micro-batch's mean loss is weighted by its share of the window's items over all
-    ranks, so the accumulated gradient is that of one batch holding the whole window. The
-    window arrives on the host, where its items are counted; each micro-batch goes to the
-    device just before its forward (the next one's copy is issued first, to overlap), so
-    device memory holds at most two micro-batches whatever ``accumulate_grad_batches`` is.
-
-    Returns:
-        This rank's detached mean loss and ``num_items`` of each micro-batch, the window's
-        items over all ranks, this rank's samples in the window, and the
-        ``on_train_batch_end`` arguments of the last micro-batch (``outputs, host batch,
-        batch_idx``): that hook runs after the step.
+    Each micro-batch goes to the device just before its forward (the next one's copy is
+    issued first, to overlap), so device memory holds at most two micro-batches whatever
+    ``accumulate_grad_batches`` is.
     """
-    fabric, model = ctx.fabric, ctx.model
-    counts, samples = _host_counts(ctx, window)
+    fabric, model, call = ctx.fabric, ctx.model, ctx.callbacks
+    call("on_window_start", window)
+    # the window's items over all ranks, counted on the host before any forward
+    counts = [count_items(ctx, b) for b in window]
     total = _window_total(fabric, counts)
-    # even on the CPU: a batch type's own .to() may do more than move tensors
-    step_fn, precision, to_device = ctx.training_step, fabric.strategy.precision, fabric.to_device
-    last = len(window) - 1
+    precision, to_device, world = fabric.strategy.precision, fabric.to_device, fabric.world_size
+    first, last = run.batch_in_epoch, len(window) - 1
     losses: list[torch.Tensor] = []
     items: list[Any] = []
-    out: Any = None  # the window has at least one micro-batch
+    out: Any = None
     # as object: Any would match all three overloads of to_device, whose results differ
     upcoming = to_device(cast(object, window[0]))
     for j in range(len(window)):
         batch, upcoming = upcoming, to_device(cast(object, window[j + 1])) if j < last else None
-        # Gradients are all-reduced once per window, on its last micro-batch.
-        # (Fabric annotates no_backward_sync with a bare AbstractContextManager and its module
-        # with its private wrapper class, which fabric.setup returned)
+        # gradients are all-reduced once per window, on its last micro-batch (Fabric types
+        # no_backward_sync with a bare AbstractContextManager)
         no_sync = (
             cast("AbstractContextManager[None]", fabric.no_backward_sync(model, enabled=True))  # pyright: ignore[reportUnknownMemberType, reportArgumentType]
             if j < last
@@ -102,45 +71,77 @@ def train_window(
         with no_sync:
             if ctx.cuda_graphs:  # a new graph step: the last one's outputs were read
                 torch.compiler.cudagraph_mark_step_begin()
-            out = call_under_precision(precision, step_fn, batch, first_batch_idx + j)
+            out = call_under_precision(precision, ctx.training_step, batch, first + j)
             del batch  # the graph holds what backward needs; the batch itself can go
             loss, n = _unpack_step(out)
-            # DDP averages gradients over ranks, hence * world: the sum runs over all items.
-            weighted = _weighted(loss, n, fabric.world_size, total)
-            ctx.hooks("on_before_backward", weighted)
+            # DDP averages gradients over ranks, hence * world: the sum runs over all items
+            weighted = _weighted(loss, n, world, total)
+            call("on_before_backward", weighted)
             fabric.backward(weighted)
-            if ctx.cuda_graphs and j == 0 and last > 0:
-                _own_grads(ctx.module)
-            ctx.hooks("on_after_backward")
-        losses.append(ctx.kept(loss))
-        items.append(ctx.kept(n) if isinstance(n, torch.Tensor) else n)
+            call("on_after_backward")
+        losses.append(kept(loss, ctx.cuda_graphs))
+        items.append(kept(n, ctx.cuda_graphs) if isinstance(n, torch.Tensor) else n)
         if j < last:  # the hook gets the host batch: the device copy is already freed
-            ctx.hooks("on_train_batch_end", out, window[j], first_batch_idx + j)
-    return losses, items, total, samples, (out, window[last], first_batch_idx + last)
+            call("on_train_batch_end", out, window[j], first + j)
+    call("on_window_end", window, items, total)
+
+    step = run.global_step + 1
+    if isinstance(total, int):
+        check_window_total(total, step)  # host integer: free to check before the update
+    call("on_before_optimizer_step", ctx.optimizer)  # as in Lightning: before clipping
+    grad_norm = _clip(ctx, step, total)
+    run.lr = float(ctx.optimizer.param_groups[0]["lr"])  # the rate this step used
+    scaler = ctx.scaler
+    scale_before = scaler.get_scale() if scaler is not None else None
+    ctx.optimizer.step()
+    # note: get_scale() is a host sync, paid only with 16-mixed's GradScaler. A lower scale
+    # means it found inf/NaN gradients and skipped the update: the schedule must not advance.
+    skipped = scaler is not None and scale_before is not None and scaler.get_scale() < scale_before
+    if ctx.scheduler is not None and not skipped:
+        ctx.scheduler.step()
+    ctx.optimizer.zero_grad(set_to_none=True)
+
+    run.skipped_steps += skipped
+    run.global_step = step
+    run.batch_in_epoch += len(window)
+    call("on_train_batch_end", out, window[last], first + last)  # as in Lightning: after the step
+    if run.batch_in_epoch >= ctx.batches_per_epoch:
+        call("on_train_epoch_end")
+        run.epoch += 1
+        run.batch_in_epoch = 0
+    return StepOutput(step, losses, items, total, grad_norm)
 
 
-def _own_grads(module: torch.nn.Module) -> None:
-    """Copy the gradients out of the CUDA graphs' memory pool: a first backward hands its
-    output over as ``.grad``, which the next micro-batch's replay overwrites before the
-    later backwards add to it."""
-    for p in module.parameters():
-        if p.grad is not None:
-            p.grad = p.grad.clone()
+def kept(output: torch.Tensor, cuda_graphs: bool) -> torch.Tensor:
+    """A step's ``output`` detached, and copied under CUDA graphs, whose next replay
+    overwrites a graph's outputs in place."""
+    return output.detach().clone() if cuda_graphs else output.detach()
 
 
-def _host_counts(ctx: Context, window: list[Any]) -> tuple[list[int | torch.Tensor], int]:
-    """Items of each (host) micro-batch, and the window's samples (batch sizes).
+def call_under_precision(precision: Precision, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` with ``precision``'s input/output conversion and forward context.
 
-    A count the hook returns as a CPU tensor is read now: a host integer is exact and free.
+    Fabric applies precision in ``forward``, and routes step hooks through ``forward`` only
+    when the module is wrapped (DDP, compile): applied here, bf16-mixed also holds on one
+    eager device. Fabric's plain ``Precision`` (``32-true``) converts nothing: ``fn`` is
+    called directly, sparing two walks over the batch and the outputs per call.
     """
-    samples = [default_count_items(b) for b in window]
+    if type(precision) is Precision:
+        return fn(*args)
+    args = precision.convert_input(args)
+    with precision.forward_context():  # pyright: ignore[reportUnknownMemberType]  # bare type
+        out = fn(*args)
+    return precision.convert_output(out)
+
+
+def count_items(ctx: Context, batch: Any) -> int | torch.Tensor:
+    """A host micro-batch's items as the module counts them (``count_items``), else its
+    batch size. A count returned as a CPU tensor is read now: a host integer is exact and
+    free."""
     if not ctx.has_count_hook:
-        return list(samples), sum(samples)
-    counts = [count_items(ctx.module, b) for b in window]
-    counts = [
-        int(c) if isinstance(c, torch.Tensor) and c.device.type == "cpu" else c for c in counts
-    ]
-    return counts, sum(samples)
+        return default_count_items(batch)
+    n = ctx.module.count_items(batch)  # pyright: ignore[reportCallIssue]  # checked in setup
+    return int(n) if isinstance(n, torch.Tensor) and n.device.type == "cpu" else n
 
 
 def _window_total(fabric: L.Fabric, counts: list[int | torch.Tensor]) -> int | torch.Tensor:
@@ -151,12 +152,6 @@ def _window_total(fabric: L.Fabric, counts: list[int | torch.Tensor]) -> int | t
     if fabric.world_size > 1:
         total = all_reduce_sum(fabric, total)
     return total
-
-
-def all_reduce_sum(fabric: L.Fabric, tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` summed over all ranks: ``fabric.all_reduce``, typed for a tensor (Fabric
-    annotates it for any collection, with bare generics)."""
-    return cast(torch.Tensor, fabric.all_reduce(tensor, reduce_op="sum"))  # pyright: ignore[reportUnknownMemberType]
 
 
 def _weighted(loss: torch.Tensor, n: Any, world: int, total: Any) -> torch.Tensor:
@@ -170,30 +165,14 @@ def _weighted(loss: torch.Tensor, n: Any, world: int, total: Any) -> torch.Tenso
     return loss * weight.to(loss.dtype)
 
 
-def optimizer_step(
-    ctx: Context, step: int, total: int | torch.Tensor
-) -> tuple[torch.Tensor | None, bool, float]:
-    """Clip, step, schedule, zero.
-
-    Returns:
-        The grad norm (with clipping), whether the GradScaler skipped the step, and the
-        learning rate the step used (read before the scheduler moves it on).
-    """
-    optimizer, scaler = ctx.optimizer, ctx.scaler
-    if isinstance(total, int):
-        check_window_total(total, step)  # host integer: free to check before the update
-    ctx.hooks("on_before_optimizer_step", optimizer)  # as in Lightning: before clipping
-    grad_norm = _clip(ctx, step, total)
-    lr = float(optimizer.param_groups[0]["lr"])  # a tensor lr (compiled optimizers) is read here
-    scale_before = scaler.get_scale() if scaler is not None else None
-    optimizer.step()
-    # note: get_scale() is a host sync, paid only with 16-mixed's GradScaler. A lower scale
-    # means it found inf/NaN gradients and skipped the update: the schedule must not advance.
-    skipped = scale_before is not None and scaler is not None and scaler.get_scale() < scale_before
-    if ctx.scheduler is not None and not skipped:
-        ctx.scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
-    return grad_norm, skipped, lr
+def check_window_total(total: int, step: int) -> None:
+    """Raise :class:`EmptyWindowError` if the window of ``step`` counts no items."""
+    if total == 0:
+        raise EmptyWindowError(
+            f"the window of micro-batches for step {step} counts 0 items over all ranks "
+            "(count_items(batch) summed to 0: e.g. every label is -100), so it has no mean "
+            "loss; each window needs at least 1 item: filter out batches with no label tokens"
+        )
 
 
 def _clip(ctx: Context, step: int, total: int | torch.Tensor) -> torch.Tensor | None:
@@ -230,14 +209,19 @@ def _grad_norm(optimizer: Any) -> float:
 
 
 def _unpack_step(out: Any) -> tuple[torch.Tensor, Any]:
-    step_out = as_dict(out)
-    if step_out is None or "loss" not in step_out or "num_items" not in step_out:
+    if not isinstance(out, dict) or "loss" not in out or "num_items" not in out:
         raise TypeError(
             "training_step must return {'loss': mean loss, 'num_items': items it averaged "
             f"over}}, got {type(out).__name__}"
-            + (f" with keys {sorted(step_out)}" if step_out is not None else "")
+            + (f" with keys {sorted(cast(dict[str, Any], out))}" if isinstance(out, dict) else "")
         )
-    return step_out["loss"], step_out["num_items"]
+    return out["loss"], out["num_items"]
+
+
+def all_reduce_sum(fabric: L.Fabric, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` summed over all ranks: ``fabric.all_reduce``, typed for a tensor (Fabric
+    annotates it for any collection, with bare generics)."""
+    return cast(torch.Tensor, fabric.all_reduce(tensor, reduce_op="sum"))  # pyright: ignore[reportUnknownMemberType]
 
 
 def count_dtype(device: torch.device) -> torch.dtype:

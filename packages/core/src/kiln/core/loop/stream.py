@@ -66,6 +66,29 @@ def stream_batches_per_epoch(loader: DataLoader[Any]) -> int:
     return sys.maxsize if is_stream(loader) else len(loader)
 
 
+class StreamPosition:
+    """Every rank's stream position, as the checkpoint entry :data:`STATE_KEY`: saved by
+    every rank (a collective), restored into this rank's loader before it is iterated.
+
+    Raises (on load):
+        ValueError: The checkpoint holds no stream position, or one of another world size or
+            worker count.
+    """
+
+    def __init__(self, fabric: Fabric, loader: DataLoader[Any]) -> None:
+        self.fabric, self.loader = fabric, loader
+        self.path: Path | None = None  # the checkpoint being loaded, for the messages
+
+    def state_dict(self) -> dict[str, Any]:
+        return gather_stream_state(self.fabric, self.loader)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        restore_stream(self.fabric, self.loader, {STATE_KEY: state}, self.path)
+
+    def load_missing(self, path: Path) -> None:
+        restore_stream(self.fabric, self.loader, {}, path)
+
+
 def gather_stream_state(fabric: Fabric, loader: DataLoader[Any]) -> dict[str, Any]:
     """Every rank's stream position (:data:`STATE_KEY`'s value); a collective."""
     local = cast(_Stateful, loader).state_dict()
@@ -77,7 +100,7 @@ def gather_stream_state(fabric: Fabric, loader: DataLoader[Any]) -> dict[str, An
 
 
 def restore_stream(
-    fabric: Fabric, loader: DataLoader[Any], rest: dict[str, Any], path: Path
+    fabric: Fabric, loader: DataLoader[Any], rest: dict[str, Any], path: Path | None
 ) -> None:
     """Give this rank's loader its position from the checkpoint's ``rest`` (before it is
     iterated).

@@ -12,6 +12,7 @@ import torch
 from kiln.core.checkpoints.rng import capture_rng_state, restore_rng_state
 from kiln.core.loop.data import dataset_size, gather_in_order
 from kiln.core.loop.precision import call_step_hook
+from kiln.core.loop.step import kept
 from kiln.core.state import Context
 
 
@@ -20,12 +21,11 @@ def validate(ctx: Context, step: int) -> dict[str, float] | None:
     fabric, module = ctx.fabric, ctx.module
     if ctx.val_loader is None or not callable(getattr(module, "validation_step", None)):
         return None
-    fabric.call("on_validation_start")
+    ctx.callbacks("on_validation_start")
     # Validation must not shift training's random streams (a val loader's iterator draws a
     # seed), so a run validated at step N trains exactly as one that was not.
     rng = capture_rng_state()
-    with ctx.watch.validating():
-        outputs = _validation_outputs(ctx)
+    outputs = _validation_outputs(ctx)
     restore_rng_state(rng)
     size = dataset_size(ctx.val_loader)
     gathered = {k: gather_in_order(fabric, torch.cat(v), size) for k, v in outputs.items()}
@@ -40,7 +40,7 @@ def validate(ctx: Context, step: int) -> dict[str, float] | None:
         raise TypeError("define validation_metrics(outputs) on the module, or return 'loss'")
     metrics = {f"val/{k}": float(v) for k, v in metrics.items()}
     fabric.log_dict(metrics, step=step)
-    fabric.call("on_validation_end")
+    ctx.callbacks("on_validation_end")
     return metrics
 
 
@@ -58,6 +58,6 @@ def _validation_outputs(ctx: Context) -> dict[str, list[torch.Tensor]]:
                 torch.compiler.cudagraph_mark_step_begin()
             out = call_step_hook(ctx.fabric, ctx.model, "validation_step", batch, i)
             for key, value in out.items():
-                outputs[key].append(ctx.kept(value))
+                outputs[key].append(kept(value, ctx.cuda_graphs))
     ctx.model.train()
     return outputs

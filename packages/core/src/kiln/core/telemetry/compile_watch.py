@@ -193,13 +193,20 @@ class CompileWatch:
     @contextmanager
     def validating(self) -> Generator[None, None, None]:
         """The loop's validation: what compiles inside is counted as validation's too."""
-        self._collect()  # what compiled before is training's
-        self._validating = True
+        self.validation_started()
         try:
             yield
         finally:
-            self._collect()
-            self._validating = False
+            self.validation_ended()
+
+    def validation_started(self) -> None:
+        """What compiles from now on is counted as validation's too."""
+        self._collect()  # what compiled before is training's
+        self._validating = True
+
+    def validation_ended(self) -> None:
+        self._collect()
+        self._validating = False
 
     def _guard_failures(self, limit: int = 3) -> list[str]:
         """The latest guard failure of each recompiled function (what changed)."""

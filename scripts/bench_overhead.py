@@ -3,8 +3,9 @@
 Trains the same MLP on the same data from the same initial weights four ways: a plain
 PyTorch loop (forward, backward, optimizer step), a naive Fabric loop (``fabric.setup``,
 ``fabric.backward``, step: the seed's loop without accumulation), ``kiln.core.fit`` with
-the machine sampler at ``--machine-sample-s`` and ``kiln.core.fit`` with it off; no
-accumulation and no shuffling, interleaved (plain fabric kiln kiln-unsampled plain ...) so
+the machine sampler at ``--machine-sample-s``, ``kiln.core.fit`` with it off, and with no
+observer at all (``trainer.telemetry=false``); no
+accumulation and no shuffling, interleaved (plain fabric kiln kiln-unsampled ... plain ...) so
 machine noise hits all alike; kiln/kiln-unsampled is what the sampler costs. Step time is
 measured the same way in each: the time between the starts of consecutive
 ``training_step`` calls (the whole loop iteration: data, forward, backward, optimizer,
@@ -17,7 +18,7 @@ bit-identical.
         [--machine-sample-s 1.0|none]
 
 The last line is ``overhead_ratio=<kiln/plain> identical=<true|false> vs_fabric=<kiln/fabric>
-sampler_ratio=<kiln/kiln-unsampled>``.
+sampler_ratio=<kiln/kiln-unsampled> unobserved_vs_fabric=<kiln-unobserved/fabric>``.
 """
 
 from __future__ import annotations
@@ -155,9 +156,10 @@ def train_fabric(cfg: BenchConfig) -> MLPModule:
     return module
 
 
-def train_kiln(cfg: BenchConfig) -> MLPModule:
+def train_kiln(cfg: BenchConfig, telemetry: bool = True) -> MLPModule:
     """The same training through ``kiln.core.fit`` with its defaults (no progress output)
-    and the machine sampled every ``cfg.machine_sample_s`` seconds."""
+    and the machine sampled every ``cfg.machine_sample_s`` seconds; ``telemetry=False``:
+    with no observer at all (``trainer.telemetry=false``)."""
     module = MLPModule(cfg)
     trainer = TrainerConfig(
         max_steps=cfg.steps,
@@ -168,6 +170,7 @@ def train_kiln(cfg: BenchConfig) -> MLPModule:
         warmup_steps=cfg.warmup,
         progress=False,
         machine_sample_s=cfg.machine_sample_s,
+        telemetry=telemetry,
     )
     fit(module, trainer=trainer)
     return module
@@ -178,11 +181,17 @@ def train_kiln_unsampled(cfg: BenchConfig) -> MLPModule:
     return train_kiln(BenchConfig(**{**asdict(cfg), "machine_sample_s": None}))
 
 
+def train_kiln_unobserved(cfg: BenchConfig) -> MLPModule:
+    """``train_kiln`` with observation off: no step timer, sampler or memory figures."""
+    return train_kiln(cfg, telemetry=False)
+
+
 VARIANTS = {
     "plain": train_plain,
     "fabric": train_fabric,
     "kiln": train_kiln,
     "kiln-unsampled": train_kiln_unsampled,
+    "kiln-unobserved": train_kiln_unobserved,
 }
 
 
@@ -237,6 +246,7 @@ def compare(cfg: BenchConfig, repeats: int) -> dict:
     vs_fabric, _ = _paired(times, "kiln", "fabric")
     fabric_ratios, fabric_diffs = _paired(times, "fabric", "plain")
     sampler, _ = _paired(times, "kiln", "kiln-unsampled")
+    unobserved, _ = _paired(times, "kiln-unobserved", "fabric")
     result = {
         "ratio": statistics.median(ratios),
         "overhead_s": statistics.median(diffs),
@@ -249,6 +259,8 @@ def compare(cfg: BenchConfig, repeats: int) -> dict:
         "fabric_overhead_s": statistics.median(fabric_diffs),
         "sampler_ratio": statistics.median(sampler),
         "sampler_ratio_ci": bootstrap_median_interval(sampler),
+        "unobserved_vs_fabric": statistics.median(unobserved),
+        "unobserved_vs_fabric_ci": bootstrap_median_interval(unobserved),
         "identical": identical,
     }
     for name in VARIANTS:
@@ -370,10 +382,16 @@ def main() -> None:
         f"kiln/kiln-unsampled step time (sampler every {cfg.machine_sample_s} s vs off): "
         f"{result['sampler_ratio']:.4f} (95% CI {low:.4f}-{high:.4f})"
     )
+    low, high = result["unobserved_vs_fabric_ci"]
+    print(
+        f"kiln-unobserved/fabric step time (trainer.telemetry=false): "
+        f"{result['unobserved_vs_fabric']:.4f} (95% CI {low:.4f}-{high:.4f})"
+    )
     print(f"final weights bit-identical: {result['identical']}")
     print(
         f"overhead_ratio={result['ratio']:.4f} identical={str(result['identical']).lower()} "
-        f"vs_fabric={result['vs_fabric']:.4f} sampler_ratio={result['sampler_ratio']:.4f}"
+        f"vs_fabric={result['vs_fabric']:.4f} sampler_ratio={result['sampler_ratio']:.4f} "
+        f"unobserved_vs_fabric={result['unobserved_vs_fabric']:.4f}"
     )
 
 

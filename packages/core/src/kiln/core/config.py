@@ -227,6 +227,12 @@ class TrainerConfig:
     SM clock; kept as the telemetry's ``machine_series`` and logged as ``machine/*``.
     ``None`` turns it off."""
 
+    telemetry: bool = True
+    """Watch the run (``kiln.core.loop.observers``): step times and throughput, padding, the
+    compile watch, memory figures and the machine sampler. ``False`` attaches none of them
+    (the progress bar then shows no throughput): the run's telemetry holds only what the loop
+    itself knows."""
+
     def __post_init__(self) -> None:
         _check_positive("trainer.max_steps", self.max_steps)
         _check_finite_positive(

@@ -44,27 +44,14 @@ The LightningModule defines the hooks and the Fabric loop calls them (the seed s
 - ``train_dataloader()`` / ``val_dataloader()``: map-style DataLoaders. The loop rebuilds
   the training loader's sampler so the data order depends only on (seed, epoch), which
   makes mid-epoch resume exact.
-- ``on_*`` hooks (``on_fit_start``, ``on_train_epoch_start``, ``on_validation_start``,
-  ``on_fit_end``, ...) are called through ``fabric.call`` if defined, on the module and on
-  every object passed to ``fit(callbacks=...)``.
-- Per-step hooks, with Lightning's signatures, once per call site (no host sync added):
-  ``on_before_backward(loss)`` and ``on_after_backward()`` around each micro-batch's
-  backward (``loss`` is what is backpropagated: the micro-batch's share of the window's
-  loss); ``on_before_optimizer_step(optimizer)`` once per window, after the last backward
-  and before gradient clipping (with ``16-mixed`` the gradients are still scaled);
-  ``on_train_batch_end(outputs, batch, batch_idx)`` once per *micro-batch*, as in
-  Lightning, with that micro-batch's ``training_step`` dict; ``batch_idx`` counts
-  micro-batches within the epoch. The window's last micro-batch ends after the optimizer
-  step (gradients zeroed, ``global_step`` advanced), the others right after their backward.
-- kiln's own hooks (``kiln.core.callbacks``): ``on_loop_start(fit)`` once, after
-  setup and resume, with a ``kiln.core.callbacks.FitHandle`` (``global_step``, ``metrics``,
-  ``request_stop(reason)``, ``save_checkpoint(path)``, ``save_checkpoint_at_step_end(path)``);
-  ``on_validation_metrics(metrics)`` after each validation, with its ``val/`` metrics;
-  ``on_step_end(step)`` after each optimizer step, outside the step's timer;
-  ``on_exception(error)`` (Lightning's name) when an error, Ctrl-C included, leaves the
-  training loop, before it propagates out of ``fit``.
-  Callbacks with ``state_dict()`` and ``load_state_dict()`` are saved in checkpoints under
-  ``callbacks/<ClassName>``.
+- ``on_*`` hooks: the module is the first listener at every callback point
+  (``kiln.core.callback_points``: Lightning's ``on_fit_start``, ``on_before_backward(loss)``,
+  ``on_after_backward()``, ``on_before_optimizer_step(optimizer)``,
+  ``on_train_batch_end(outputs, batch, batch_idx)`` ..., and kiln's ``on_window_start``,
+  ``on_step_end``, ``on_log`` ...), then every object passed to ``fit(callbacks=...)``.
+- ``checkpoint_state() -> dict[str, Stateful]`` (optional): pieces of state the module owns
+  beyond its weights (what its data was, say), saved in every checkpoint under their keys
+  and restored on resume (``kiln.core.checkpoints.registry``).
 
 The loop compiles the whole module (``torch.compile(module)``) before ``fabric.setup``;
 Fabric routes ``training_step``/``validation_step`` through the compiled ``forward``,

@@ -34,7 +34,7 @@ from torch.distributed.tensor import DTensor
 
 from kiln.core.checkpoints.lookup import META, check_not_a_plain_directory, damage, is_legacy
 from kiln.core.checkpoints.rundir import DamagedCheckpointError
-from kiln.core.checkpoints.save import split_state, unwrapped
+from kiln.core.checkpoints.save import one_process_is_the_intent, split_state, unwrapped
 
 _COMPILED_PREFIX = "_orig_mod."
 # a checkpoint of 05087a5 or earlier keeps these at its top level
@@ -177,7 +177,8 @@ def _load_dcp(path: Path, state: dict[str, Any]) -> dict[str, Any]:
             raise KeyError(f"checkpoint {path} holds no {key!r}; was it saved by another run?")
         targets[key] = get_optimizer_state_dict(module, unwrapped(state[key]))
     try:
-        load(targets, checkpoint_id=path)
+        with one_process_is_the_intent():
+            load(targets, checkpoint_id=path)
     except (CheckpointException, RuntimeError, ValueError) as error:
         raise RuntimeError(f"could not load checkpoint {path}: {dcp_reason(error)}") from None
     set_model_state_dict(module, targets[module_key])

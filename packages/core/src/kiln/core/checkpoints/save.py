@@ -24,8 +24,10 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Generator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
@@ -261,7 +263,8 @@ def _write(
     problem = _any_problem(fabric, problem)
     if problem is None and tensors is not None:
         try:
-            save(tensors, checkpoint_id=temp)
+            with one_process_is_the_intent():
+                save(tensors, checkpoint_id=temp)
         except Exception as error:  # DCP wraps each rank's OSError in a CheckpointException
             problem = _write_failure(final, size, error)
         problem = _any_problem(fabric, problem)
@@ -269,6 +272,15 @@ def _write(
         if fabric.is_global_zero:
             _remove(temp)
         raise rundir.CheckpointWriteError(problem)
+
+
+@contextmanager
+def one_process_is_the_intent() -> Generator[None]:
+    """DCP without a process group warns that it assumes one process: in kiln that is the
+    run's world, not a guess (a multi-process run always has its group)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 def _named(directory: Path, name: str) -> Path:
@@ -313,9 +325,10 @@ class CheckpointWrites:
         if fabric.world_size > 1 and self._group is None:
             self._group = dist.new_group(backend="gloo")
         # with the default stager async_save answers a Future (AsyncSaveResponse: a custom one)
-        written = cast(
-            "Future[Any]", async_save(tensors, checkpoint_id=temp, process_group=self._group)
-        )
+        with one_process_is_the_intent():
+            written = cast(
+                "Future[Any]", async_save(tensors, checkpoint_id=temp, process_group=self._group)
+            )
         rank_zero = fabric.is_global_zero
 
         def run() -> None:

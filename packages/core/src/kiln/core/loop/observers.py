@@ -26,16 +26,17 @@ def observers(
     """The observers of a run, in calling order: the step timer first (its clock starts
     after the others' ``on_window_start`` work and stops before their ``on_step_end``).
     ``compiled_blocks``: the blocks compiled in place (``compile.regional``)."""
-    timing = StepTiming(ctx, run)
+    trainer, rank_0 = ctx.trainer, ctx.fabric.is_global_zero
+    timing = StepTiming(ctx, run) if trainer.telemetry else None
+    # always: it starts the run from a clean dynamo state, and costs nothing per step
     watching = CompileWatching(compile_config.recompile_warn_threshold)
     watching.watch.compiled_blocks = compiled_blocks
-    watched: list[Callback] = [
-        timing,
-        watching,
-        ProgressBar(ctx, run, timing.timer),
-        MemoryFigures(ctx),
-    ]
-    if ctx.trainer.machine_sample_s is not None and ctx.fabric.is_global_zero:
+    watched: list[Callback] = [watching]
+    if timing is not None:
+        watched = [timing, watching, MemoryFigures(ctx)]
+    if trainer.progress and rank_0:
+        watched.append(ProgressBar(ctx, run, None if timing is None else timing.timer))
+    if timing is not None and trainer.machine_sample_s is not None and rank_0:
         watched.append(MachineSampling(ctx, run, timing.timer))
     return watched
 
@@ -98,7 +99,7 @@ class CompileWatching(Callback):
         self.watch.validation_ended()
 
     def on_log(self, step: int, metrics: dict[str, Any]) -> None:
-        self.watch.check()
+        self.watch.check()  # warns once when recompiles reach the threshold
 
     def on_fit_telemetry(self, telemetry: dict[str, Any]) -> None:
         telemetry.update(self.watch.snapshot())
@@ -122,14 +123,10 @@ class ProgressBar(Callback):
     """Rank 0's progress (:class:`Progress`): a bar in a terminal, a line per log row
     elsewhere."""
 
-    def __init__(self, ctx: Context, run: RunState, timer: StepTimer) -> None:
+    def __init__(self, ctx: Context, run: RunState, timer: StepTimer | None) -> None:
         self.timer, self.every = timer, ctx.trainer.log_every_n_steps
-        self.progress = Progress(
-            ctx.total_steps,
-            enabled=ctx.trainer.progress and ctx.fabric.is_global_zero,
-            start_step=run.global_step,
-        )
-        self._bar = self.progress.enabled and self.progress.is_terminal
+        self.progress = Progress(ctx.total_steps, enabled=True, start_step=run.global_step)
+        self._bar = self.progress.is_terminal
 
     def on_loop_start(self, fit: Any) -> None:
         self.progress.__enter__()
@@ -140,7 +137,8 @@ class ProgressBar(Callback):
 
     def on_log(self, step: int, metrics: dict[str, Any]) -> None:
         loss = metrics.get("train/loss")
-        self.progress.update(step, loss, self.timer.recent_samples_per_s(self.every))
+        speed = None if self.timer is None else self.timer.recent_samples_per_s(self.every)
+        self.progress.update(step, loss, speed)
 
     def on_fit_end(self) -> None:
         self.progress.__exit__(None, None, None)

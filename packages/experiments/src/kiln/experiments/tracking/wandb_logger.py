@@ -6,8 +6,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import wandb.errors.term as _wandb_term
 from lightning.fabric.loggers.logger import rank_zero_experiment
-from wandb.integration.lightning.fabric import WandbLogger
+
+from kiln.experiments.tracking.wandb_files import row_kind
+
+# Importing the integration warns that it was tested with Fabric 2.1.3 only; kiln's tests run
+# it with the Fabric in uv.lock (tests/experiments/test_wandb_runs.py), so a newcomer's
+# `make train` is not asked to decode it: the warning goes to wandb's debug log instead.
+_shown, _wandb_term._show_warnings = _wandb_term._show_warnings, False
+try:
+    from wandb.integration.lightning.fabric import WandbLogger
+finally:
+    _wandb_term._show_warnings = _shown
 
 SUMMARY_PREFIXES = ("telemetry/",)
 """Logged keys that go to the run's summary instead of its history."""
@@ -23,12 +34,13 @@ class KilnWandbLogger(WandbLogger):
     it is returned as is. Pickles like the stock logger: a worker attaches to the job's run.
 
     Args:
-        skip_through: Drop rows of steps up to this one: a resumed job's W&B run already
-            holds them (logged by the attempt before, past the checkpoint resumed from).
+        skip_through: Drop rows of steps up to these, by kind (``train``, ``validation``,
+            ``test``: ``wandb_files.row_kind``): a resumed job's W&B run already holds them
+            (logged by the attempt before, past the checkpoint resumed from).
         **kwargs: The stock logger's arguments (``experiment=run``).
     """
 
-    def __init__(self, *, skip_through: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, skip_through: dict[str, int] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.skip_through = skip_through
 
@@ -41,8 +53,10 @@ class KilnWandbLogger(WandbLogger):
             metrics = {k: v for k, v in metrics.items() if k not in summary}
             if not metrics:
                 return
-        if step is not None and self.skip_through is not None and step <= self.skip_through:
-            return  # one row per step across a job's attempts
+        if step is not None and self.skip_through:
+            through = self.skip_through.get(row_kind(metrics))
+            if through is not None and step <= through:
+                return  # one row of each kind per step across a job's attempts
         super().log_metrics(metrics, step)
 
     @property

@@ -20,6 +20,13 @@ from kiln.models.tokens import token_nll
 
 MODELS = ["llama-tiny-lm", "gpt2-tiny-lm"]
 MAX_LENGTH = 24
+# make test checks each model and each policy once; every pair runs in make test-all
+FAST_PAIRS = {("llama-tiny-lm", "best_fit"), ("gpt2-tiny-lm", "carry"), ("gpt2-tiny-lm", "whole")}
+PAIRS = [
+    pytest.param(name, policy, marks=() if (name, policy) in FAST_PAIRS else pytest.mark.long)
+    for name in MODELS
+    for policy in ("carry", "whole", "best_fit")
+]
 
 
 def documents(n: int = 11, seed: int = 0) -> list[list[int]]:
@@ -75,8 +82,7 @@ def test_packing_places_every_token_once_in_order(policy: str) -> None:
         assert not pad[:-1].any()
 
 
-@pytest.mark.parametrize("policy", ["carry", "whole", "best_fit"])
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize(("name", "policy"), PAIRS)
 def test_packed_losses_and_gradients_equal_one_piece_per_row(name: str, policy: str) -> None:
     model = float64_model(name)
     batch = packed_batch(documents(), policy)
@@ -158,6 +164,7 @@ def train(name: str, rows: Any, steps: int) -> dict[str, torch.Tensor]:
     return {k: v.detach() for k, v in model.state_dict().items()}
 
 
+@pytest.mark.long  # 20-45 s each; the fast tier compares the losses and gradients above
 @pytest.mark.parametrize("name", MODELS)
 def test_training_packed_equals_training_one_piece_per_row(name: str) -> None:
     batch = packed_batch(documents(), "carry")

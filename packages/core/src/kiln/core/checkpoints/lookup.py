@@ -48,13 +48,24 @@ def _is_complete(path: Path) -> bool:
         return False
 
 
-def checkpoint_candidates(directory: str | Path) -> list[Path]:
-    """The checkpoints a resume may use, newest first: those ``run.json`` records (in the
-    order written); where ``run.json`` is lost, those that prove themselves
-    (``rundir.rebuild_run_file``; it raises ``CheckpointDirError`` where none does)."""
-    directory = Path(directory)
+def _listed(directory: Path) -> list[Path]:
+    """Every checkpoint ``run.json`` records (rebuilt where lost), newest first."""
     recorded = recorded_run(directory) if directory.is_dir() else None
     return [] if recorded is None else [directory / name for name in reversed(recorded.checkpoints)]
+
+
+def checkpoint_candidates(directory: str | Path) -> list[Path]:
+    """The checkpoints a resume may use, newest first: those ``run.json`` records (in the
+    order written) that are still there (:func:`missing_checkpoints` names the others);
+    where ``run.json`` is lost, those that prove themselves (``rundir.rebuild_run_file``;
+    it raises ``CheckpointDirError`` where none does)."""
+    return [path for path in _listed(Path(directory)) if path.exists()]
+
+
+def missing_checkpoints(directory: str | Path) -> list[Path]:
+    """The checkpoints ``run.json`` records that are gone (deleted by hand), newest first: a
+    resume skips them (``rundir.claim`` delists them)."""
+    return [path for path in _listed(Path(directory)) if not path.exists()]
 
 
 def damage(path: str | Path) -> str | None:
@@ -86,10 +97,12 @@ def damage(path: str | Path) -> str | None:
 def find_latest_checkpoint(directory: str | Path) -> Path | None:
     """The newest intact checkpoint in ``directory`` (see :func:`checkpoint_candidates`).
 
-    Temporary files of interrupted saves are never considered; damaged checkpoints
-    (truncated, unreadable, or not matching their recorded checksum) are skipped with a
-    warning that names them.
+    Temporary files of interrupted saves are never considered; missing and damaged
+    checkpoints (truncated, unreadable, or not matching their recorded checksum) are
+    skipped with a warning that names them.
     """
+    for path in missing_checkpoints(directory):
+        warnings.warn(f"skipping checkpoint {path}: it is missing", stacklevel=2)
     for path in checkpoint_candidates(directory):
         problem = damage(path)
         if problem is None:

@@ -290,7 +290,8 @@ def claim(
     checkpoint elsewhere (another job's) is a run of its own: a new id, with ``source``
     recorded as ``started_from``. A resumed run refuses a directory whose ``run.json``
     names another run that has checkpoints there. A lost ``run.json`` is rebuilt from the
-    checkpoints that prove themselves; what killed saves left behind is removed.
+    checkpoints that prove themselves; what killed saves left behind is removed, and
+    checkpoints it lists that are gone are delisted.
 
     Args:
         directory: The run's checkpoint directory.
@@ -316,4 +317,25 @@ def claim(
     remove_leftovers(directory)
     if to_write is not None:
         write_run_file(directory, to_write)
+    _delist_missing(directory)
     return run_id
+
+
+def _delist_missing(directory: Path) -> None:
+    """Delist the checkpoints ``run.json`` records that are gone (deleted by hand): they must
+    not count toward ``keep_last_k`` nor be resumed from."""
+    import warnings
+
+    recorded = read_run_file(directory)
+    if recorded is None:
+        return
+    gone = [name for name in recorded.checkpoints if not (directory / name).exists()]
+    if not gone:
+        return
+    recorded.checkpoints = {k: v for k, v in recorded.checkpoints.items() if k not in gone}
+    write_run_file(directory, recorded)
+    warnings.warn(
+        f"{directory / RUN_FILE} listed checkpoints that are missing, now delisted: "
+        f"{', '.join(gone)}",
+        stacklevel=3,
+    )

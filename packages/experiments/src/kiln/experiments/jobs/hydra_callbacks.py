@@ -80,10 +80,39 @@ def _check_output_dir(key: str, config: DictConfig) -> None:
 
 
 class SweepStatus(Callback):
-    """Print the sweep's jobs at its end; exit non-zero if any failed."""
+    """Print the sweep's jobs at its end; exit non-zero if any failed.
+
+    A sweep whose every job was refused (their directories are another sweep's, training)
+    leaves the sweep directory's ``multirun.yaml`` as that sweep wrote it: the sweeper
+    wrote its own over it before any job could see the lock.
+    """
+
+    def __init__(self) -> None:
+        self.multirun: bytes | None = None
+        self.started = 0
+        self.refused_before = 0
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from kiln.experiments.jobs.lock import refused_dirs
+
+        try:  # before the sweeper writes its own
+            self.multirun = (Path(config.hydra.sweep.dir) / "multirun.yaml").read_bytes()
+        except OSError:
+            self.multirun = None
+        self.started, self.refused_before = 0, len(refused_dirs)
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.started += 1  # in this process: the basic launcher's jobs
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from kiln.experiments.jobs.lock import refused_dirs
+
         sweep_dir = Path(config.hydra.sweep.dir)
+        refused = len(refused_dirs) - self.refused_before
+        if self.multirun is not None and self.started and refused == self.started:
+            from kiln.core.atomic import atomic_write
+
+            atomic_write(sweep_dir / "multirun.yaml", self.multirun)
         jobs = scan_sweep(sweep_dir)
         show_table(sweep_table(str(sweep_dir), jobs))
         unfinished = (*FAILED_STATUSES, STOPPED)

@@ -145,6 +145,10 @@ class Lifecycle:
         progress: What a failed piece of work had completed, read from its exception.
         on_exit: Called with the exception (or ``None``) once the work ended, before the
             record is written (``kiln-train`` records how the attempt ended).
+        keep_progress: ``(earlier record, failed record) -> record``: what an attempt that
+            failed after its tracker opened writes, given the job's record as it stood
+            before (``kiln-train`` keeps the steps, rows and metrics an attempt that got
+            less far would erase: a record never holds less than it did).
     """
 
     def __init__(
@@ -157,6 +161,7 @@ class Lifecycle:
         summarize: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         progress: Callable[[BaseException], dict[str, Any]] | None = None,
         on_exit: Callable[[BaseException | None], None] | None = None,
+        keep_progress: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.job = job
         self.kind = kind
@@ -169,6 +174,8 @@ class Lifecycle:
         self.summarize = summarize
         self.progress = progress
         self.on_exit = on_exit
+        self.keep_progress = keep_progress
+        self.before: dict[str, Any] | None = None  # the record as this attempt found it
         self.tracker: Tracker | None = None
         self.kept: dict[str, Any] | None = None  # the earlier record a refused attempt keeps
         self.unchanged = False  # the work found nothing to do: the earlier record stays (keep)
@@ -238,7 +245,11 @@ class Lifecycle:
 
     @contextlib.contextmanager
     def _calibrated(self, accelerator: str, precision: str) -> Iterator[None]:
-        from kiln.core import calibrate_under_load, measured_bandwidth, measured_peak
+        from kiln.core.telemetry.machine import (
+            calibrate_under_load,
+            measured_bandwidth,
+            measured_peak,
+        )
 
         device = _calibration_device(accelerator)
         machine = self.record["machine"]
@@ -260,6 +271,8 @@ class Lifecycle:
                 )
 
     def __enter__(self) -> Lifecycle:
+        if self.writer and self.keep_progress is not None:
+            self.before = self.earlier_record()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _terminated)  # SLURM time limits, timeout(1), kill
         return self
@@ -301,6 +314,8 @@ class Lifecycle:
             if self.kept is not None and (self.refused or self.unchanged):  # this attempt only
                 attempts = {k: v for k, v in self.record.items() if k == "attempts" and v}
                 record = {**self.kept, **attempts}
+            elif self.failed and self.before is not None and self.keep_progress is not None:
+                record = self.record = self.keep_progress(self.before, record)
             write_job_json(Path(self.job.output_dir) / self.kind.file, record)
         if self.tracker is None:
             return

@@ -37,6 +37,10 @@ STEP_METRIC = "trainer/global_step"
 
 RUN_ID_FILE = "wandb_run_id"
 """The job directory's W&B run id: one run per job, across restarts."""
+FINISHED_FILE = "wandb_finished"
+"""Written (with the run id) once the job directory's W&B run has its exit record; removed
+while an attempt holds the run open. A finished job re-run finds a run killed between its
+``summary.json`` and its end without reading the run's files."""
 RUN_IN_USE_WAIT_S = 60.0
 """How long a resumed job waits for the attempt before it to let go of their W&B run."""
 
@@ -98,8 +102,11 @@ class Tracker:
         self.run: Any = None
         self.loggers: list[Logger] = []
         self.finished = False
-        self.logged_through: int | None = None
-        """The last step an earlier attempt's W&B files hold (a resumed job's run)."""
+        self.logged_through: dict[str, int] = {}
+        """The last step of each kind of row (``train``, ``validation``, ``test``:
+        ``wandb_files.row_kind``) an earlier attempt's W&B files hold (a resumed job's
+        run): each kind is logged apart, so a killed attempt may have sent a step's
+        training row and not its validation row."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -116,7 +123,7 @@ class Tracker:
     def _start_wandb(self) -> None:
         import wandb
 
-        from kiln.experiments.tracking.wandb_files import last_logged_step
+        from kiln.experiments.tracking.wandb_files import last_logged_steps
 
         id_file = Path(self.job.output_dir) / RUN_ID_FILE
         run_id = self.run_id
@@ -125,12 +132,13 @@ class Tracker:
         if run_id:  # this job ran before: continue its run after the steps it holds
             pattern = f"wandb/*run-*-{run_id}/run-{run_id}.wandb"  # (offline-)run-<time>-<id>
             files = sorted(Path(self.job.output_dir).glob(pattern))
-            self.logged_through = last_logged_step(files, STEP_METRIC)
+            self.logged_through = last_logged_steps(files, STEP_METRIC)
         else:
             run_id = secrets.token_hex(4)  # W&B ids: lowercase letters and digits
         if self.resume:
             id_file.parent.mkdir(parents=True, exist_ok=True)
             id_file.write_text(run_id + "\n")
+            (id_file.parent / FINISHED_FILE).unlink(missing_ok=True)  # open again
         self.run = _init_when_free(
             wandb,
             id=run_id,
@@ -202,6 +210,8 @@ class Tracker:
         if self.run is not None:
             self.run.summary.update({"status": status, "error": error})
             self.run.finish(exit_code=0 if status == "ok" else 1)
+            if self.resume:
+                (Path(self.job.output_dir) / FINISHED_FILE).write_text(self.run.id + "\n")
 
     def __enter__(self) -> Tracker:
         return self.start()

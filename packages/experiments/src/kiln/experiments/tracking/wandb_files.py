@@ -122,6 +122,36 @@ def last_logged_step(files: list[Path], step_key: str) -> int | None:
     return int(max(steps)) if steps else None
 
 
+ROW_KINDS = {"val/": "validation", "test/": "test"}
+"""A logged row's kind by its keys' prefix; any other row is a ``train`` row."""
+
+
+def row_kind(row: Any) -> str:
+    """``train``, ``validation`` or ``test``: which of a job's series a logged row belongs
+    to (each is logged apart, so a killed attempt may have sent one and not the other)."""
+    for prefix, kind in ROW_KINDS.items():
+        if any(str(key).startswith(prefix) for key in row):
+            return kind
+    return "train"
+
+
+def last_logged_steps(files: list[Path], step_key: str) -> dict[str, int]:
+    """The highest ``step_key`` of each kind of row (:func:`row_kind`) in ``files``; a kind
+    with no row is left out.
+
+    Raises:
+        WandbFormatError: A file the installed wandb cannot read.
+    """
+    through: dict[str, int] = {}
+    for file in files:
+        for row in read_history(file):
+            step = row.get(step_key)
+            if isinstance(step, int | float):
+                kind = row_kind(k for k in row if k != step_key and not k.startswith("_"))
+                through[kind] = max(through.get(kind, int(step)), int(step))
+    return through
+
+
 def read_summary(path: str | Path) -> dict[str, Any]:
     """The run's final summary (the last value of every key written to it)."""
     summary: dict[str, Any] = {}

@@ -24,7 +24,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from kiln.core import check_global_batch
+from kiln.core.config import check_global_batch
 from kiln.experiments.settings.dotted import flatten, select
 from kiln.experiments.settings.job_info import TRAIN, write_job_json
 
@@ -43,6 +43,9 @@ FROZEN_KEYS = (
 state belong to these (a changed optimizer or scheduler is refused, never half-applied).
 ``trainer.devices``, ``trainer.num_nodes`` and ``trainer.accumulate_grad_batches`` may change
 together when the global batch stays the same (:func:`global_batch_problem`)."""
+RESUME_SWITCHES = ("data.allow_changed",)
+"""Keys inside :data:`FROZEN_KEYS` that say what a resume may do, not what the run computes
+(:mod:`kiln.experiments.train.data_identity`)."""
 
 
 def _world(cfg: dict[str, Any]) -> tuple[Any, Any, Any]:
@@ -90,7 +93,7 @@ def config_changes(saved: dict[str, Any], resolved: dict[str, Any]) -> list[str]
     for key in FROZEN_KEYS + (WORLD_KEYS if world else ()):
         old, new = flatten({key: select(saved, key)}), flatten({key: select(resolved, key)})
         for name in sorted(old.keys() | new.keys()):
-            if old.get(name) != new.get(name):
+            if old.get(name) != new.get(name) and name not in RESUME_SWITCHES:
                 changes.append(f"{name}: {old.get(name)!r} -> {new.get(name)!r}")
     return changes
 
@@ -99,7 +102,8 @@ def latest_checkpoint_meta(checkpoint_dir: str | None) -> tuple[Path, dict[str, 
     """The newest intact checkpoint in ``checkpoint_dir`` and its metadata, or ``None``: the
     one ``fit`` resumes from (a damaged one, e.g. a flipped byte or a truncated shard, is
     skipped as ``fit`` skips it, so the attempt records the step it really starts from)."""
-    from kiln.core import checkpoint_candidates, damage, read_checkpoint_meta
+    from kiln.core import read_checkpoint_meta
+    from kiln.core.checkpoints.lookup import checkpoint_candidates, damage
 
     if checkpoint_dir is None or not Path(checkpoint_dir).is_dir():
         return None
@@ -113,6 +117,37 @@ def latest_checkpoint_meta(checkpoint_dir: str | None) -> tuple[Path, dict[str, 
     return None
 
 
+def missing_note(checkpoint_dir: str | None, found: Path | None) -> str | None:
+    """What a job resuming from ``checkpoint_dir`` should be told when checkpoints its
+    ``run.json`` lists are gone (deleted by hand): which, and the newest intact one
+    (``found``) it resumes from instead; ``None`` when none is gone."""
+    from kiln.core.checkpoints.lookup import missing_checkpoints
+
+    if checkpoint_dir is None or not Path(checkpoint_dir).is_dir():
+        return None
+    try:
+        gone = missing_checkpoints(checkpoint_dir)
+    except Exception:  # a run.json that cannot be read: the claim names it
+        return None
+    if not gone:
+        return None
+    if found is None:
+        newest = "no intact checkpoint is left: the job starts from step 0"
+    else:
+        newest = f"the newest intact checkpoint is step {_step_of(found)} ({found})"
+    return f"{', '.join(str(p) for p in gone)} is missing: {newest}"
+
+
+def _step_of(path: Path) -> int:
+    return int(path.name.removeprefix("step-").removesuffix(".ckpt"))
+
+
+def _say_if_missing(checkpoint_dir: str | None, found: Path | None) -> None:
+    note = missing_note(checkpoint_dir, found)
+    if note is not None:
+        print(f"kiln-train: {note}", flush=True)
+
+
 def explicit_checkpoint_meta(resume: str) -> dict[str, Any]:
     """The metadata of the checkpoint ``trainer.resume=<path>`` names, once it is known to be
     an intact kiln checkpoint.
@@ -124,12 +159,8 @@ def explicit_checkpoint_meta(resume: str) -> dict[str, Any]:
             its newest checkpoint.
         DamagedCheckpointError: It is damaged (checksum, CRC-32, truncated) or not kiln's.
     """
-    from kiln.core import (
-        DamagedCheckpointError,
-        check_not_a_plain_directory,
-        damage,
-        read_checkpoint_meta,
-    )
+    from kiln.core import DamagedCheckpointError, read_checkpoint_meta
+    from kiln.core.checkpoints.lookup import check_not_a_plain_directory, damage
 
     if not resume.strip():  # `trainer.resume=` on the command line: Path("") is the cwd
         raise ValueError(
@@ -173,6 +204,7 @@ def check_resume(resolved: dict[str, Any]) -> tuple[int, Path | None]:
         return 0, None
     if resume == "auto":
         found = latest_checkpoint_meta(trainer.get("checkpoint_dir"))
+        _say_if_missing(trainer.get("checkpoint_dir"), found[0] if found else None)
         if found is None:
             return 0, None
         path, meta = found
@@ -203,7 +235,8 @@ def threads_change(path: Path, saved: int | None, resolved: dict[str, Any]) -> s
     ranks computed with ``saved`` intra-op threads and this job's get another count
     (``trainer.threads_per_rank``, or its default on this node and world size); ``None``
     when the counts agree or the checkpoint predates the record."""
-    from kiln.core import TrainerConfig, threads_per_rank
+    from kiln.core import TrainerConfig
+    from kiln.core.distributed.threads import threads_per_rank
 
     devices, nodes = (select(resolved, f"trainer.{k}") or 1 for k in ("devices", "num_nodes"))
     chosen = select(resolved, "trainer.threads_per_rank")
@@ -268,7 +301,7 @@ def _check_layout(path: Path, resolved: dict[str, Any]) -> None:
     Raises:
         ResumeConfigError: A one-file checkpoint and ``trainer.strategy=fsdp``.
     """
-    from kiln.core import is_legacy
+    from kiln.core.checkpoints.lookup import is_legacy
 
     if is_legacy(path) and select(resolved, "trainer.strategy") == "fsdp":
         raise ResumeConfigError(
@@ -285,7 +318,8 @@ def check_claim(resolved: dict[str, Any], checkpoint: Path | None) -> None:
     Raises:
         CheckpointDirError: The directory cannot hold this run; the message says why.
     """
-    from kiln.core import plan_claim, read_checkpoint_meta
+    from kiln.core import read_checkpoint_meta
+    from kiln.core.checkpoints.rundir import plan_claim
 
     trainer = resolved["trainer"]
     if trainer.get("checkpoint_dir") is None:
@@ -300,24 +334,30 @@ def check_claim(resolved: dict[str, Any], checkpoint: Path | None) -> None:
     )
 
 
-def backfill(loggers: list[Any], checkpoint: Path, logged_through: int | None) -> int:
+def backfill(loggers: list[Any], checkpoint: Path, logged_through: dict[str, int]) -> int:
     """Log the training and validation rows of ``checkpoint``'s histories that the job's W&B
     run lacks (an attempt killed by SIGKILL may have logged rows its W&B process never
-    wrote), in step order; returns how many. The run then continues after the checkpoint's
-    step."""
-    import torch
-
+    wrote), in step order; returns how many. ``logged_through``: the last step of each kind
+    of row the run holds (``train``, ``validation``), each reconciled on its own: a kill
+    between a step's training row and its validation row loses only the latter. The run
+    then continues after the checkpoint's step."""
+    from kiln.core import read_checkpoint_meta
     from kiln.experiments.tracking.wandb_logger import KilnWandbLogger
 
     wandb_loggers = [lg for lg in loggers if isinstance(lg, KilnWandbLogger)]
     if not wandb_loggers:
         return 0
-    # a sharded checkpoint keeps its plain values in meta.pt; mmap reads no tensor eagerly
-    meta = checkpoint / "meta.pt" if checkpoint.is_dir() else checkpoint
-    saved = torch.load(meta, map_location="cpu", mmap=True, weights_only=False)
-    logged = [*saved.get("history", []), *saved.get("validation_history", [])]
+    saved = read_checkpoint_meta(checkpoint)  # its histories with its plain values
+    logged = [
+        *(r for r in saved.get("history", []) if r["step"] > logged_through.get("train", 0)),
+        *(
+            r
+            for r in saved.get("validation_history", [])
+            if r["step"] > logged_through.get("validation", 0)
+        ),
+    ]
     # sorted is stable: a step's training row before its validation row, as the loop logs them
-    rows = sorted((r for r in logged if r["step"] > (logged_through or 0)), key=lambda r: r["step"])
+    rows = sorted(logged, key=lambda r: r["step"])
     for logger in wandb_loggers:
         for row in rows:
             logger.log_metrics({k: v for k, v in row.items() if k != "step"}, step=row["step"])
@@ -345,7 +385,7 @@ def _where() -> dict[str, Any]:
     node of the job (a node failure names the nodes the attempt had)."""
     import socket
 
-    from kiln.core import expand_hostlist
+    from kiln.core.telemetry.machine import expand_hostlist
 
     where: dict[str, Any] = {"host": socket.gethostname()}
     nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")

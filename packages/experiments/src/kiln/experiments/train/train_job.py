@@ -13,7 +13,7 @@ from kiln.experiments.settings.job_info import STOPPED, TRAIN, JobInfo
 from kiln.experiments.tracking.summary import wandb_summary
 from kiln.experiments.tracking.tags import run_tags
 from kiln.experiments.tracking.tracker import import_early
-from kiln.experiments.train import preflight, rerun
+from kiln.experiments.train import data_identity, preflight, rerun
 from kiln.experiments.train.worker import global_rank, in_process, train
 
 if TYPE_CHECKING:
@@ -33,6 +33,18 @@ def _wandb_summary(record: dict[str, Any]) -> dict[str, Any]:
     """The W&B run's summary: final metrics, every block of the record (telemetry, machine),
     and :attr:`TrainRecord.SUMMARY_SCALARS` (step, why it stopped, loss, seed, weights)."""
     return wandb_summary(record, TrainRecord.SUMMARY_SCALARS)
+
+
+def keep_progress(earlier: dict[str, Any], failed: dict[str, Any]) -> dict[str, Any]:
+    """The record of an attempt that failed after its W&B run opened: ``failed``, but where
+    the job's ``earlier`` record got further (a resume that failed before its first step),
+    the earlier figures (steps, rows, metrics, telemetry: what ``fit`` fills) stay: a record
+    never holds less than it did; the status, error and attempts say what this one did."""
+    if not isinstance(earlier.get("global_step"), int):
+        return failed
+    if earlier["global_step"] <= (failed.get("global_step") or 0):
+        return failed
+    return {**failed, **{k: earlier[k] for k in TrainRecord.fit_fields() if k in earlier}}
 
 
 def _record(cfg: Any, job: JobInfo) -> dict[str, Any]:
@@ -80,7 +92,7 @@ def _requeue(job: JobInfo, requeued: Requeued) -> dict[str, Any]:
     handler, which requeues it and exits (rank 0) or returns (other ranks)."""
     import signal
 
-    from kiln.core import hand_over
+    from kiln.core.distributed.stop import hand_over
     from kiln.experiments.jobs.lifecycle import one_line_reason
     from kiln.experiments.settings.job_info import write_job_json
 
@@ -108,6 +120,50 @@ def _already_done(cfg: Any, job: JobInfo) -> dict[str, Any] | None:
     return rerun.finished_record(job.output_dir, resolved)  # type: ignore[arg-type]
 
 
+def _finish_open_run(record: dict[str, Any], job: JobInfo) -> None:
+    """Finish the W&B run of a job that ended ``ok`` but was killed between writing its
+    ``summary.json`` and its run's end (the run has no exit record): with the record's
+    summary and status, as the attempt would have. Writer only."""
+    from kiln.experiments.settings.base import LoggerConfig
+    from kiln.experiments.tracking.tracker import FINISHED_FILE, Tracker
+    from kiln.experiments.tracking.wandb_files import read_run
+
+    run_id = (record.get("wandb") or {}).get("run_id")
+    directory = Path(job.output_dir)
+    if global_rank() != 0 or not run_id:
+        return
+    marker = directory / FINISHED_FILE
+    if marker.is_file() and marker.read_text().strip() == run_id:
+        return
+    try:
+        if "exit_code" in read_run(directory):  # finished by a kiln without the marker
+            marker.write_text(run_id + "\n")
+            return
+        cfg = LoggerConfig(**((record.get("config") or {}).get("logger") or {}))
+    except Exception:  # no run files left, or none wandb can read: nothing to finish
+        return
+    tracker = Tracker(cfg, job, config=record.get("config"), resume=True)
+    tracker.start()
+    tracker.summarize(_wandb_summary(record))
+    tracker.finish("ok")
+    print(f"{job.output_dir}: its W&B run had no end (the job was killed after writing its "
+          f"record): finished it now", flush=True)  # fmt: skip
+
+
+def _missing_note(record: dict[str, Any]) -> str | None:
+    """:func:`rerun.missing_note` for a finished job's record (its checkpoint directory)."""
+    directory = ((record.get("config") or {}).get("trainer") or {}).get("checkpoint_dir")
+    from kiln.core.checkpoints.lookup import missing_checkpoints
+
+    try:
+        if directory is None or not missing_checkpoints(directory):
+            return None
+    except Exception:  # a run.json that cannot be read: a resume names it
+        return None
+    found = rerun.latest_checkpoint_meta(directory)
+    return rerun.missing_note(directory, found[0] if found else None)
+
+
 def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
     """Run one training job and return its summary (also written to ``summary.json``).
 
@@ -129,7 +185,7 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
     """
     from contextlib import nullcontext
 
-    from kiln.experiments.jobs.lock import JobDirBusyError, job_dir_lock
+    from kiln.experiments.jobs.lock import JobDirBusyError, job_dir_lock, restore_hydra_files
 
     try:  # the job's one writer holds its directory (released by the OS however it ends)
         with job_dir_lock(job.output_dir) if global_rank() == 0 else nullcontext():
@@ -138,6 +194,7 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             except Requeued as requeued:
                 return _requeue(job, requeued)
     except JobDirBusyError as busy:  # the directory is another process's: write nothing there
+        restore_hydra_files(job.output_dir)  # Hydra wrote this job's config over the holder's
         return {**_record(cfg, job), "error": str(busy), "error_stage": "config"}
 
 
@@ -156,7 +213,8 @@ def _checked_config(
     """
     from omegaconf import OmegaConf
 
-    from kiln.core import apply_threads_per_rank, check_writable
+    from kiln.core.checkpoints.rundir import check_writable
+    from kiln.core.distributed.threads import apply_threads_per_rank
     from kiln.experiments.train.train_config import validate
 
     if OmegaConf.select(cfg, "trainer.checkpoint_dir") is None:
@@ -229,11 +287,30 @@ def _record_attempt(
     life.record["attempts"] = attempts
 
 
+def _add_of_measured_peak(record: dict[str, Any]) -> None:
+    """Put the achieved FLOP/s over the matmul peak this job measured on its device
+    (``jobs.mfu``) into the record's ``telemetry`` beside ``mfu``: a figure on the CPU too,
+    where ``mfu`` has no datasheet peak to divide by."""
+    from kiln.experiments.jobs.mfu import mfu_fields
+
+    fraction = mfu_fields(TrainRecord.from_json(record))["of_measured_peak"]
+    if fraction is not None and isinstance(record.get("telemetry"), dict):
+        record["telemetry"]["of_measured_peak"] = fraction
+
+
 def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
     """``run_job`` without the requeue."""
     done = _already_done(cfg, job)  # every rank alike: one may not train alone
     if done is not None:
         print(f"{job.output_dir}: already ended ok with this config, skipped", flush=True)
+        _finish_open_run(done, job)
+        note = _missing_note(done)
+        if note is not None:  # the record stands; what a later resume would start from
+            print(
+                f"{job.output_dir}: {note}; the record stays as it is (raise "
+                "trainer.max_steps to train on from there)",
+                flush=True,
+            )
         return done
     attempts: list[dict[str, Any]] = []
 
@@ -248,6 +325,7 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
         summarize=_wandb_summary,
         progress=fit_progress,
         on_exit=record_attempt,
+        keep_progress=keep_progress,
     ) as life:
         if life.writer:  # first: a refused attempt is listed too
             attempts.extend(rerun.begin_attempt(job.output_dir))
@@ -268,6 +346,8 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             # the data and model the config describes (a CSV without its label column, labels
             # the model has no class for, too few rows for a batch): before W&B, too
             module = preflight.build_checked(settings)
+            # the data the checkpoint was trained on, against the data now
+            data_identity.check(module, checkpoint, job.output_dir, attempts)
             if not in_process(trainer):
                 module = None  # the workers build their own
         with stage("train"):
@@ -305,6 +385,7 @@ def _train(
         trace["wandb_artifact"] = log_trace(life.tracker, job.output_dir)
         life.record["compile_trace"] = trace
     life.record.update(TrainRecord.fit_values(result))
+    _add_of_measured_peak(life.record)
     profile = result.get("profile")
     if profile and life.tracker is not None and life.tracker.run is not None:
         name = f"profile-{life.tracker.run.id}"

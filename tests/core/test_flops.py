@@ -62,6 +62,29 @@ def test_flops_per_step_is_the_analytic_matmul_count_and_mfu_is_none_on_cpu(accu
     assert telemetry["mfu"] is None  # kiln knows no peak for a CPU
 
 
+class BiasedConv(TwoLinear):
+    """A convolution with a bias: on meta, it checks its input's dtype against the bias's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv1d(1, 2, 3)
+
+    def training_step(self, batch, batch_idx):
+        x, _ = batch
+        return {"loss": self.conv(x[:, None]).mean(), "num_items": x.shape[0]}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=["float64", "bf16"])
+def test_the_batch_follows_the_weights_dtype_on_meta(dtype):
+    """A float32 batch against float64 (64-true) or bf16 weights: the meta pass converts
+    the batch's floating tensors, as Fabric converts the real step's inputs."""
+    module = BiasedConv()
+    batch = next(iter(module.train_dataloader()))
+    want = flops_module.count_micro_batch_flops(module, batch)
+    assert want is not None
+    assert flops_module.count_micro_batch_flops(module.to(dtype), batch) == want
+
+
 def test_counting_flops_changes_no_weight_and_no_random_stream():
     counted, _ = run(count_flops=True)
     plain, telemetry = run(count_flops=False)

@@ -49,3 +49,17 @@ def test_activation_checkpointing_reports_the_same_flops(name):
         assert (telemetry["activation_checkpointing"] is not None) == checkpointed
         flops[checkpointed] = telemetry["flops_per_step"]
     assert flops[True] is not None and flops[True] == flops[False]
+
+
+def test_a_timm_model_reports_its_flops_under_64_true():
+    """A float32 image batch meets ViT's float64 patch convolution (with a bias, which the
+    meta pass checks): the count converts the batch, as Fabric converts the real step's."""
+    flops = {}
+    for precision in ("32-true", "64-true"):
+        trainer = TrainerConfig(
+            max_steps=1, accelerator="cpu", progress=False, limit_val_batches=1,
+            precision=precision,
+        )  # fmt: skip
+        telemetry = fit(tiny_model("vit-tiny", data=True), trainer).telemetry
+        flops[precision] = telemetry["flops_per_step"]
+    assert flops["64-true"] is not None and flops["64-true"] == flops["32-true"]

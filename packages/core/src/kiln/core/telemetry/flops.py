@@ -92,7 +92,9 @@ def count_micro_batch_flops(module: torch.nn.Module, batch: Any) -> int | None:
     buffers = {name: torch.empty_like(b, device="meta") for name, b in module.named_buffers()}
     hook = getattr(module, "flops_batch", None)  # the contract's optional hook
     batch = hook(batch) if callable(hook) else batch
-    meta_batch = apply_to_collection(batch, torch.Tensor, _to_meta)
+    # Fabric converts a step's floating inputs to the weights' dtype (float64 under 64-true)
+    dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), None)
+    meta_batch = apply_to_collection(batch, torch.Tensor, _to_meta, dtype)
     counter = FlopCounterMode(display=False)
     stand_ins = {f"module.{name}": t for name, t in {**params, **buffers}.items()}
     try:
@@ -127,8 +129,10 @@ class _StepAndBackward(torch.nn.Module):
             loss.backward()
 
 
-def _to_meta(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.to("meta")
+def _to_meta(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """``tensor`` on meta; a floating one in ``dtype`` (the weights'), where given."""
+    floating = dtype is not None and tensor.is_floating_point()
+    return tensor.to("meta", dtype=dtype) if floating else tensor.to("meta")
 
 
 def _log_not_counted(module: torch.nn.Module, error: Exception) -> None:

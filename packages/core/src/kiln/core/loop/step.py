@@ -140,7 +140,8 @@ def count_items(ctx: Context, batch: Any) -> int | torch.Tensor:
     free."""
     if not ctx.has_count_hook:
         return default_count_items(batch)
-    n = ctx.module.count_items(batch)  # pyright: ignore[reportCallIssue]  # checked in setup
+    hook: Callable[[Any], int | torch.Tensor] = getattr(ctx.module, "count_items")  # noqa: B009
+    n = hook(batch)
     return int(n) if isinstance(n, torch.Tensor) and n.device.type == "cpu" else n
 
 
@@ -209,13 +210,15 @@ def _grad_norm(optimizer: Any) -> float:
 
 
 def _unpack_step(out: Any) -> tuple[torch.Tensor, Any]:
-    if not isinstance(out, dict) or "loss" not in out or "num_items" not in out:
+    # a dict with string keys, as the contract says (isinstance leaves its types unknown)
+    step_out = cast(dict[str, Any], out) if isinstance(out, dict) else None  # pyright: ignore[reportUnknownArgumentType]
+    if step_out is None or "loss" not in step_out or "num_items" not in step_out:
         raise TypeError(
             "training_step must return {'loss': mean loss, 'num_items': items it averaged "
-            f"over}}, got {type(out).__name__}"
-            + (f" with keys {sorted(cast(dict[str, Any], out))}" if isinstance(out, dict) else "")
+            f"over}}, got {type(cast(object, out)).__name__}"
+            + (f" with keys {sorted(step_out)}" if step_out is not None else "")
         )
-    return out["loss"], out["num_items"]
+    return step_out["loss"], step_out["num_items"]
 
 
 def all_reduce_sum(fabric: L.Fabric, tensor: torch.Tensor) -> torch.Tensor:

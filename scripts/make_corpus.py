@@ -3,7 +3,12 @@ packages installed in this environment (code no one in kiln wrote; documents fro
 tokens to tens of thousands), with a byte-level BPE tokenizer trained on its training split.
 
     uv run --frozen --all-packages python scripts/make_corpus.py            # ~/.cache/kiln/corpus
-    uv run --frozen --all-packages python scripts/make_corpus.py --out DIR --max-documents 2000
+    uv run --frozen --all-packages python scripts/make_corpus.py --out DIR --max-documents 0
+
+By default it keeps the first 4,000 files (about 17M tokens; under a minute on 2 idle
+cores); ``--max-documents 0`` keeps every one. The BPE is trained on the first
+``--tokenizer-documents`` training files and every file is tokenized (for the manifest's
+counts) on every core: a fast tokenizer's batch runs in parallel.
 
 Writes ``DIR/train-NNNNN.parquet`` and ``DIR/validation-NNNNN.parquet`` (columns ``text``,
 ``path``, ``package``), ``DIR/tokenizer/`` (a transformers tokenizer: ``AutoTokenizer``
@@ -33,6 +38,10 @@ EOS = "<|endoftext|>"
 
 
 def default_out() -> Path:
+    """``$KILN_CORPUS``, else ``$KILN_CACHE/corpus``, else ``~/.cache/kiln/corpus``: where
+    ``data=lm_corpus`` reads (``paths.corpus_dir``)."""
+    if os.environ.get("KILN_CORPUS"):
+        return Path(os.environ["KILN_CORPUS"])
     cache = os.environ.get("KILN_CACHE", str(Path.home() / ".cache" / "kiln"))
     return Path(cache) / "corpus"
 
@@ -50,8 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--max-documents",
         type=int,
-        default=None,
-        help="keep only the first N documents (in path-hash order)",
+        default=4000,
+        help="keep only the first N documents (in path-hash order); 0: every one",
     )
     parser.add_argument(
         "--max-bytes",
@@ -78,6 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--source {str(args.source)!r} is not a directory")
     if not 0 < args.val_percent < 100:
         parser.error(f"--val-percent={args.val_percent} must be in 1..99")
+    if args.max_documents < 0:
+        parser.error(f"--max-documents={args.max_documents} must be >= 0 (0: every file)")
     if args.vocab_size < 300:
         parser.error(f"--vocab-size={args.vocab_size} must be >= 300 (256 bytes + merges)")
     return args
@@ -105,7 +116,7 @@ def documents(args: argparse.Namespace) -> list[dict[str, str]]:
             continue
         relative = path.relative_to(args.source).as_posix()
         docs.append({"text": text, "path": relative, "package": relative.split("/")[0]})
-        if args.max_documents is not None and len(docs) >= args.max_documents:
+        if args.max_documents and len(docs) >= args.max_documents:
             break
     if not docs:
         raise SystemExit(f"no {args.pattern} documents under {args.source}")
@@ -146,11 +157,12 @@ def train_tokenizer(texts: list[str], vocab_size: int, out: Path) -> Any:
 
 
 def token_lengths(tokenizer: Any, texts: list[str], batch: int = 256) -> list[int]:
-    """Tokens per document, a batch at a time (all ids at once would hold gigabytes)."""
+    """Tokens per document, a batch at a time (all ids at once would hold gigabytes), each
+    batch on every core (the Rust tokenizer's thread pool; no offsets computed)."""
+    backend = tokenizer.backend_tokenizer
     lengths = []
     for start in range(0, len(texts), batch):
-        encoded = tokenizer(texts[start : start + batch], verbose=False)["input_ids"]
-        lengths += [len(ids) for ids in encoded]
+        lengths += [len(e.ids) for e in backend.encode_batch_fast(texts[start : start + batch])]
     return lengths
 
 
@@ -169,6 +181,20 @@ def sha256(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    # tokenize on every core even where TOKENIZERS_PARALLELISM=false is exported (make does,
+    # for forked DataLoader workers); restored after, for a caller that forks later
+    before = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"
+    try:
+        write_corpus(args)
+    finally:
+        if before is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = before
+
+
+def write_corpus(args: argparse.Namespace) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     for old in args.out.glob("*.parquet"):  # a smaller rerun leaves no stale shard behind
         old.unlink()

@@ -56,9 +56,24 @@ def test_a_files_split_is_its_path_hash(corpus: Path, tmp_path: Path) -> None:
 def test_kiln_train_trains_on_the_corpus_packed(corpus: Path, tmp_path: Path) -> None:
     args = ["experiment=corpus_llama_lm", "trainer.max_steps=2", "trainer.val_every_n_steps=2",
             "logger=none", "data.max_length=64", "data.batch_size=2",
-            "data.max_val_samples=3"]  # fmt: skip
+            "data.max_val_tokens=300"]  # fmt: skip
     proc = run_train(args, tmp_path, env={"KILN_CORPUS": str(corpus)})
     assert proc.returncode == 0, explain(proc)
     result = summary(job_dirs(tmp_path)[0])
     text = json.dumps(result)
     assert "val/loss" in text, text[:2000]
+    assert "a uniform guess over the 400-token vocabulary" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_the_corpus_goes_where_kiln_corpus_says(monkeypatch, tmp_path: Path) -> None:
+    # data=lm_corpus reads $KILN_CORPUS: the script writes there by default
+    monkeypatch.setenv("KILN_CORPUS", str(tmp_path / "here"))
+    scripts = str(Path(__file__).resolve().parents[2] / "scripts")
+    monkeypatch.syspath_prepend(scripts)
+    import make_corpus  # pyright: ignore[reportMissingImports]
+
+    assert make_corpus.parse_args([]).out == tmp_path / "here"
+    monkeypatch.delenv("KILN_CORPUS")
+    monkeypatch.setenv("KILN_CACHE", str(tmp_path / "cache"))
+    assert make_corpus.parse_args([]).out == tmp_path / "cache" / "corpus"
+    assert make_corpus.parse_args([]).max_documents == 4000  # a default that writes in a minute

@@ -165,9 +165,10 @@ def train(name: str, rows: Any, steps: int) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.long  # 20-45 s each; the fast tier compares the losses and gradients above
+@pytest.mark.parametrize("policy", ["best_fit", "whole", "carry"])
 @pytest.mark.parametrize("name", MODELS)
-def test_training_packed_equals_training_one_piece_per_row(name: str) -> None:
-    batch = packed_batch(documents(), "carry")
+def test_training_packed_equals_training_one_piece_per_row(name: str, policy: str) -> None:
+    batch = packed_batch(documents(), policy)
     packed = [{k: v[i] for k, v in batch.items()} for i in range(len(batch["input_ids"]))]
     got = train(name, packed, steps=3)
     want = train(name, unpacked_rows(batch), steps=3)
@@ -186,8 +187,9 @@ def test_packed_data_module_rows_and_stats(tiny_data_text) -> None:
     assert batch["input_ids"].shape == (data.batch_size, data.max_length)
     assert set(batch) == {"input_ids", "labels", "position_ids", "document_ids"}
     stats = data.packing_stats["train"]
-    assert stats.rows == len(data.train_set) and stats.policy == "carry"
-    assert stats.padding_fraction < 1 / stats.rows  # only the last row is padded
+    assert stats.rows == len(data.train_set) and stats.policy == "best_fit"
+    assert stats.split_documents == 0  # the generated sentences all fit a row
+    assert stats.padding_fraction < 0.15  # 26 rows of 32 for 739 tokens (24 is the least)
     loss, count = model.loss_and_count(batch)
     assert count == model.count_items(batch) == (batch["labels"][:, 1:] != IGNORE_INDEX).sum()
     assert torch.isfinite(loss)
@@ -199,6 +201,35 @@ PACKED_TEXT: dict[str, Any] = {"num_train": 64, "num_val": 16, "batch_size": 2, 
 @pytest.fixture
 def tiny_data_text() -> CausalLMData:
     return CausalLMData(packing=True, **PACKED_TEXT)
+
+
+def test_the_defaults_keep_every_document_that_fits_a_row_whole(tmp_path) -> None:
+    # a 58-token document split 15 + 43 by carry scores 505 nats, whole 514: the defaults
+    # never split one that fits, so each document's loss is the one it gets alone
+    assert CausalLMData(packing=True).packing_policy == "best_fit"
+    shard = tmp_path / "train.jsonl"
+    shard.write_text('{"text": "a b"}\n')
+    streamed = CausalLMData(packing=True, streaming=True, data_files=str(shard), val_split=None)
+    assert streamed.packing_policy == "whole"
+    docs = [[9] * n for n in (15, 20, 10, 24, 3, 17, 8)]  # every one fits a row of 24
+    for policy in ("best_fit", "whole"):
+        _, stats = pack_documents(docs, MAX_LENGTH, 0, policy=policy, seed=0)
+        assert (stats.split_documents, stats.pieces) == (0, len(docs))
+    assert pack_documents(docs, MAX_LENGTH, 0, seed=0)[1].policy == "best_fit"
+    assert pack_documents(docs, MAX_LENGTH, 0, policy="carry", seed=0)[1].split_documents > 0
+
+
+def test_validation_keeps_the_first_max_val_tokens_tokens() -> None:
+    data = CausalLMData(packing=True, max_val_tokens=100, **PACKED_TEXT)
+    tiny_model("llama-tiny-lm", data=data).val_dataloader()
+    stats = data.packing_stats["validation"]
+    assert stats.tokens == 100 and stats.documents < PACKED_TEXT["num_val"]
+    padded = CausalLMData(max_val_tokens=100, **PACKED_TEXT)
+    tiny_model("llama-tiny-lm", data=padded).val_dataloader()
+    tokens = padded.val_set[:]["attention_mask"].sum(1)
+    assert tokens.sum() >= 100 and tokens[:-1].sum() < 100  # documents until 100 tokens
+    with pytest.raises(ValueError, match="max_val_tokens=0 must be >= 1"):
+        CausalLMData(max_val_tokens=0)
 
 
 def test_bad_packing_requests_fail_naming_what_is_valid() -> None:

@@ -9,17 +9,19 @@ same real tokens.
 
 Policies for a document that meets a row's end (``packing_policy``):
 
+- ``best_fit`` (the default): no document that fits in a row is split, and the rows are
+  filled as tightly as a greedy packing can: each piece, longest first, goes into the open
+  row with the least room that still holds it, or starts a new row (best-fit decreasing,
+  TRL's ``bfd``). A document longer than ``max_length`` is cut into ``max_length`` pieces
+  first. It needs every document before the first row is made, so a stream cannot use it.
+  Rows come out grouped by their pieces' lengths; a shuffled loader mixes them.
+- ``whole`` (a stream's default): a document that fits in a row is never split either: when
+  it does not fit in what is left of the current row, that row is padded and the document
+  starts the next one (longer ones are cut into ``max_length`` pieces first).
 - ``carry``: fill every row to the last token; the document is split there and its
-  remainder starts the next row as a new piece (it does not see its first part). Only the
-  last row of the set has padding.
-- ``whole``: a document that fits in a row is never split: when it does not fit in what is
-  left of the current row, that row is padded and the document starts the next one.
-  A document longer than ``max_length`` is cut into ``max_length`` pieces first.
-- ``best_fit``: no document that fits in a row is split either, and the rows are filled as
-  tightly as a greedy packing can: each piece, longest first, goes into the open row with the
-  least room that still holds it, or starts a new row (best-fit decreasing, TRL's ``bfd``).
-  It needs every document before the first row is made, so a stream cannot use it. Rows
-  come out grouped by their pieces' lengths; a shuffled loader mixes them.
+  remainder starts the next row as a new piece. That piece does not see its first part and
+  its first token has no label, so a split document scores what two documents would, not
+  what it scores whole. Only the last row of the set has padding.
 
 Every policy places the documents in a seeded random order (``seed``; ``best_fit`` breaks
 ties between pieces of one length with it), so which documents share a row is a function of
@@ -37,6 +39,9 @@ import torch
 from kiln.models.data.base import IGNORE_INDEX
 
 PACKING_POLICIES = ("carry", "whole", "best_fit")
+DEFAULT_POLICY = "best_fit"
+STREAM_POLICY = "whole"
+"""The defaults, map-style and streamed: both keep every document that fits a row whole."""
 PACKED_KEYS = ("input_ids", "labels", "position_ids", "document_ids")
 """The keys of a packed row; ``document_ids`` is -1 on padding."""
 PAD_DOCUMENT = -1
@@ -64,6 +69,13 @@ class PackingStats:
 
     def as_dict(self) -> dict[str, float | int | str]:
         return asdict(self)
+
+
+def default_policy(policy: str | None, streaming: bool = False) -> str:
+    """``policy``, or for ``None`` the default: ``best_fit``, or ``whole`` for a stream."""
+    if policy is None:
+        return STREAM_POLICY if streaming else DEFAULT_POLICY
+    return policy
 
 
 def check_policy(policy: str, streaming: bool = False) -> None:
@@ -167,7 +179,7 @@ def pack_documents(
     documents: Sequence[Sequence[int]],
     max_length: int,
     pad_token_id: int,
-    policy: str = "carry",
+    policy: str = DEFAULT_POLICY,
     seed: int = 0,
 ) -> tuple[dict[str, np.ndarray], PackingStats]:
     """Pack tokenized ``documents`` into rows of ``max_length`` (see the module docstring).
@@ -176,7 +188,7 @@ def pack_documents(
         documents: Token ids, one sequence per document (empty ones are skipped).
         max_length: Tokens per row.
         pad_token_id: The id of padding tokens (never counted: their label is -100).
-        policy: ``carry``, ``whole`` or ``best_fit``.
+        policy: ``best_fit``, ``whole`` or ``carry``.
         seed: Seeds the order the documents are packed in.
 
     Returns:

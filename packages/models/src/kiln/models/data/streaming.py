@@ -6,7 +6,10 @@ no two readers share one), tokenizes it when it reaches it, packs it with
 :func:`kiln.models.data.packing.placements` after what its open row holds, and hands the
 rows out through a seeded shuffle buffer. When the shards are done it starts the next pass
 (a new shard order; the open row carries over): the stream is endless, and a run trains for
-``trainer.max_steps``.
+``trainer.max_steps``. A pass guarantees each reader's own documents once each, not a
+moment when every document has been trained on equally: readers get different numbers of
+tokens, so they reach a pass's end at different steps, and a row can mix the end of one pass
+with the start of the next.
 
 :meth:`ShardStream.state_dict` is everything that decides the rows still to come: the pass,
 the shard and row it reads next, the open row's pieces, the shuffle buffer and its
@@ -24,7 +27,13 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from kiln.models.data.packing import PACKED_KEYS, check_policy, fill_rows, placements
+from kiln.models.data.packing import (
+    PACKED_KEYS,
+    STREAM_POLICY,
+    check_policy,
+    fill_rows,
+    placements,
+)
 from kiln.models.data.shards import read_texts
 
 Encode = Callable[[list[str]], list[list[int]]]
@@ -42,7 +51,7 @@ class ShardStream(IterableDataset[dict[str, torch.Tensor]]):
         encode: Tokenizes a list of texts.
         max_length: Tokens per row.
         pad_token_id: The id of padding tokens.
-        policy: The packing policy (``carry`` or ``whole``).
+        policy: The packing policy (``whole`` or ``carry``).
         seed: Seeds the shard order of each pass and the shuffle buffer.
         shuffle_buffer: Rows held to draw from at random (1: the packing order).
         rank: This process's rank; world_size: processes reading the stream.
@@ -55,7 +64,7 @@ class ShardStream(IterableDataset[dict[str, torch.Tensor]]):
         encode: Encode,
         max_length: int,
         pad_token_id: int,
-        policy: str = "carry",
+        policy: str = STREAM_POLICY,
         seed: int = 0,
         shuffle_buffer: int = 64,
         rank: int = 0,

@@ -9,6 +9,7 @@ each batch to the smallest of a few lengths instead (at most one graph per bucke
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from datasets.fingerprint import Hasher
 
 from kiln.models.contract import TextModel, require
 from kiln.models.data.base import IGNORE_INDEX, DataModule, default_cache_dir
-from kiln.models.data.packing import PackingStats, check_policy, pack_documents
+from kiln.models.data.packing import PackingStats, check_policy, default_policy, pack_documents
 from kiln.models.data.sources import (
     GENERATED_SENTIMENT,
     check_columns,
@@ -65,8 +66,9 @@ class TextData(DataModule):
         max_val_samples: int | None = None,
         val_fraction: float = 0.1,
         cache_dir: str | None = None,
+        allow_changed: bool = False,
     ) -> None:
-        super().__init__(batch_size, val_batch_size, num_workers, seed)
+        super().__init__(batch_size, val_batch_size, num_workers, seed, allow_changed)
         if padding not in PADDINGS:
             raise ValueError(f"padding={padding!r} is not valid; choose one of: {PADDINGS}")
         if max_length < 2:
@@ -349,11 +351,15 @@ class CausalLMData(TextData):
         dataset: See ``kiln.models.data.sources.load_raw``.
         text_column: The text column.
         packing: Pack documents into full rows instead of one padded document per row.
-        packing_policy: What happens to a document at a row's end: ``carry`` (split it,
-            the remainder starts the next row), ``whole`` (pad the row and start the
-            document on the next one; only documents longer than a row are split) or
-            ``best_fit`` (never split one that fits a row either, and fill the rows as
-            tightly as best-fit decreasing does; not with ``streaming``).
+        packing_policy: What happens to a document at a row's end: ``best_fit`` (never
+            split one that fits a row, and fill the rows as tightly as best-fit decreasing
+            does; not with ``streaming``), ``whole`` (pad the row and start the document on
+            the next one; only documents longer than a row are split) or ``carry`` (split
+            it, the remainder starts the next row: its first token loses its label and it
+            loses the context before it). ``None``: ``best_fit``, or ``whole`` with
+            ``streaming``.
+        max_val_tokens: Validate on the validation documents' first N tokens (documents in
+            order; with packing the last one is cut there). ``None``: all of them.
         streaming: Stream the training rows from the shards ``data_files`` names (tokenized
             and packed on the fly; ``kiln.models.data.streaming``) instead of loading them.
         shuffle_buffer: With ``streaming``, rows each reader draws from at random.
@@ -363,13 +369,17 @@ class CausalLMData(TextData):
     def __init__(
         self,
         packing: bool = False,
-        packing_policy: str = "carry",
+        packing_policy: str | None = None,
         streaming: bool = False,
         shuffle_buffer: int = 64,
+        max_val_tokens: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        packing_policy = default_policy(packing_policy, streaming)
         check_policy(packing_policy, streaming)
+        if max_val_tokens is not None and max_val_tokens < 1:
+            raise ValueError(f"max_val_tokens={max_val_tokens!r} must be >= 1 (or null: all)")
         if packing and self.padding != "max_length":
             raise ValueError(
                 f"packing=true fills every row to max_length, so padding={self.padding!r} "
@@ -379,6 +389,7 @@ class CausalLMData(TextData):
         self.packing_policy = packing_policy
         self.streaming = streaming
         self.shuffle_buffer = shuffle_buffer
+        self.max_val_tokens = max_val_tokens
         if streaming:
             check_streaming(self)
         self.packing_stats: dict[str, PackingStats] = {}
@@ -405,6 +416,9 @@ class CausalLMData(TextData):
         if self.streaming:
             setup_stream(self)
             return
+        if self.max_val_tokens is not None:  # tokenize only what validation keeps
+            train, val = self.raw()
+            self._raw = (train, val.select(range(self._documents_within(val))))
         super()._setup()
         if self.packing:
             self.train_set = self._pack(self.train_set, "train")
@@ -423,8 +437,22 @@ class CausalLMData(TextData):
         self.setup()
         return None if self.val_set is None else super().val_dataloader()
 
+    def _documents_within(self, val: datasets.Dataset, chunk: int = 32) -> int:
+        """How many of ``val``'s first documents it takes to reach ``max_val_tokens``."""
+        kwargs = {**self._tokenizer_kwargs(pad=False), "return_attention_mask": False}
+        tokens = 0
+        for start in range(0, len(val), chunk):
+            texts = val[start : start + chunk][self.text_column]
+            for i, ids in enumerate(self.tokenizer(texts, **kwargs)["input_ids"]):
+                tokens += len(ids)
+                if tokens >= self.max_val_tokens:
+                    return start + i + 1
+        return len(val)
+
     def _pack(self, documents: datasets.Dataset, split: str) -> datasets.Dataset:
         ids = documents.with_format("numpy")[:]["input_ids"]  # arrays, not lists of ints
+        if split == "validation" and self.max_val_tokens is not None:
+            ids = _first_tokens(ids, self.max_val_tokens)
         arrays, stats = pack_documents(
             ids, self.max_length, self.tokenizer.pad_token_id, self.packing_policy, self.seed
         )
@@ -449,3 +477,42 @@ class CausalLMData(TextData):
             for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"], strict=True)
         ]
         return encoded
+
+
+def _first_tokens(documents: Any, budget: int) -> list[Any]:
+    """The documents' first ``budget`` tokens, in order (the last document cut there)."""
+    kept, left = [], budget
+    for ids in documents:
+        if left <= 0:
+            break
+        kept.append(ids[:left])
+        left -= len(kept[-1])
+    return kept
+
+
+class LossBaseline:
+    """A ``fit`` callback for causal LMs: at the end of the run, the last validation loss per
+    token beside ln(vocabulary), what a model that guesses uniformly scores (one line, rank 0).
+
+    In a config: ``callbacks.lm_baseline: {_target_: kiln.models.data.text.LossBaseline}``.
+    """
+
+    def __init__(self) -> None:
+        self.fit: Any = None
+        self.loss: float | None = None
+
+    def on_loop_start(self, fit: Any) -> None:
+        self.fit = fit
+
+    def on_validation_metrics(self, metrics: dict[str, float]) -> None:
+        self.loss = metrics.get("val/loss", self.loss)
+
+    def on_fit_end(self) -> None:
+        vocab = getattr(getattr(self.fit, "module", None), "vocab_size", None)
+        if self.loss is None or not vocab or self.fit.fabric.global_rank != 0:
+            return
+        print(
+            f"val/loss {self.loss:.3f} nats per token; a uniform guess over the {vocab}-token "
+            f"vocabulary scores ln({vocab}) = {math.log(vocab):.3f}",
+            flush=True,
+        )

@@ -6,6 +6,11 @@ validation split (``--split test`` where the data module has one), writes ``eval
 logs the metrics to the W&B run the model was trained in (found in the job's
 ``summary.json``), or to a new run with job type ``eval``.
 
+A model that generates (seq2seq) also has its greedy generations scored
+(``generated_exact_match``, ``generated_bleu``, ``generated_chrf``) unless ``--no-generate``;
+exact match compares each generation with its reference after stripping surrounding
+whitespace, case-sensitively.
+
 Examples::
 
     kiln-eval outputs/runs/2026-11-30_12-00-00                # the job's newest checkpoint
@@ -63,21 +68,28 @@ def run_eval(
     limit_batches: int | None = None,
     out: str | Path | None = None,
     wandb_mode: str = "offline",
+    generate: bool = True,
 ) -> dict[str, Any]:
     """Evaluate ``source``, write its ``eval.json`` and log to W&B; returns the summary.
 
     ``eval.json`` goes to ``out``, else into ``source`` (a job, checkpoint or export dir), else
-    (a checkpoint file) into its job dir, else beside it.
-    """
-    from kiln.experiments.eval.evaluate import evaluate
+    (a checkpoint file) into its job dir, else beside it. ``generate=False`` skips a
+    generating model's generation metrics.
 
+    Raises:
+        ValueError: ``limit_batches`` is below 1.
+    """
+    from kiln.experiments.eval.evaluate import check_limit_batches, evaluate
+
+    check_limit_batches(limit_batches)  # before the model is loaded
     source = Path(source)
     module, origin, search_from = _load(source)
-    metrics = evaluate(module, split, limit_batches)
+    metrics = evaluate(module, split, limit_batches, generate=generate)
     job_dir, record = _job_record(search_from)
     summary: dict[str, Any] = {
         "split": split,
         "limit_batches": limit_batches,
+        "generate": generate,
         "metrics": metrics,
         "model": (record.get("config") or {}).get("model"),
         "job_dir": str(job_dir) if job_dir else None,
@@ -123,14 +135,31 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="kiln-eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("source", help="a checkpoint, kiln-train job dir or kiln-export dir")
     parser.add_argument("--split", default="validation", help="validation (default) or test")
-    parser.add_argument("--limit-batches", type=int, default=None, help="first N batches only")
+    parser.add_argument(
+        "--limit-batches", type=int, default=None, help="first N batches only (N >= 1)"
+    )
+    parser.add_argument(
+        "--generate",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="score a generating (seq2seq) model's greedy generations too: generated_"
+        "exact_match (whitespace-stripped, case-sensitive), generated_bleu, generated_chrf "
+        "(default: on)",
+    )
     parser.add_argument("--out", default=None, help=f"where to write {EVAL_FILE}")
     parser.add_argument(
         "--wandb-mode", default="offline", choices=["offline", "online", "disabled"]
     )
     args = parser.parse_args(argv)
     try:
-        summary = run_eval(args.source, args.split, args.limit_batches, args.out, args.wandb_mode)
+        summary = run_eval(
+            args.source,
+            args.split,
+            args.limit_batches,
+            args.out,
+            args.wandb_mode,
+            generate=args.generate,
+        )
     except KeyboardInterrupt as interrupt:
         end_interrupted(interrupt)
     except (FileNotFoundError, ValueError, NotImplementedError) as err:

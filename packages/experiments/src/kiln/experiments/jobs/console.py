@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kiln.experiments.jobs.mfu import mfu_fields, mfu_text
+from kiln.experiments.jobs.mfu import measured_peak_text, mfu_fields, mfu_text
 from kiln.experiments.jobs.train_record import TrainRecord
 from kiln.experiments.settings.job_info import RECORD_KINDS, STOPPED
 
@@ -26,7 +26,7 @@ _TELEMETRY_UNITS = {
     "peak_memory_mb": "MB",
 }
 # shown in their own rows (units, MFU "n/a (cpu)"), not as raw telemetry
-_OWN_ROWS = ("flops_per_step", "achieved_flops_per_s", "mfu", "compile_cache")
+_OWN_ROWS = ("flops_per_step", "achieved_flops_per_s", "mfu", "of_measured_peak", "compile_cache")
 
 
 def fmt(value: Any, column: str = "") -> str:
@@ -48,6 +48,16 @@ def fmt(value: Any, column: str = "") -> str:
     return str(value).replace("\n", " ")
 
 
+def _flop_rows(table: Table, rec: TrainRecord) -> None:
+    """FLOPs per step, achieved TFLOP/s, MFU and the share of the measured peak."""
+    flops = mfu_fields(rec)
+    table.add_row("FLOPs/step", fmt(flops["flops_per_step"], "flops_per_step"))
+    table.add_row("achieved TFLOP/s", fmt(flops["achieved_tflops_per_s"]))
+    table.add_row("MFU", mfu_text(flops))
+    if flops["of_measured_peak"] is not None:  # on any device, the CPU too
+        table.add_row("of measured peak", measured_peak_text(rec, flops["of_measured_peak"]))
+
+
 def job_table(summary: dict[str, Any] | TrainRecord) -> Table:
     """Final metrics and telemetry of one job (its ``summary.json`` record)."""
     rec = summary if isinstance(summary, TrainRecord) else TrainRecord.from_json(summary)
@@ -64,10 +74,7 @@ def job_table(summary: dict[str, Any] | TrainRecord) -> Table:
         table.add_row(key, fmt(value))
     telemetry = rec.telemetry or {}
     if telemetry:
-        flops = mfu_fields(rec)
-        table.add_row("FLOPs/step", fmt(flops["flops_per_step"], "flops_per_step"))
-        table.add_row("achieved TFLOP/s", fmt(flops["achieved_tflops_per_s"]))
-        table.add_row("MFU", mfu_text(flops))
+        _flop_rows(table, rec)
         if cache := telemetry.get("compile_cache"):
             table.add_row("compile cache", cache)
     for key, value in telemetry.items():

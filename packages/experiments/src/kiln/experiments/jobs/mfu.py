@@ -2,7 +2,9 @@
 
 kiln.core puts ``flops_per_step``, ``achieved_flops_per_s`` and ``mfu`` in the telemetry
 (``trainer.count_flops``); ``mfu`` is ``None`` where kiln knows no peak (the CPU, an unlisted
-GPU), which the tables say instead of a dash.
+GPU), which the tables say instead of a dash. ``of_measured_peak`` divides by the peak the job
+measured on its own device, so it exists on the CPU too: kiln-train writes it into the
+record's ``telemetry`` beside ``mfu`` and shows both in the job's table.
 """
 
 from __future__ import annotations
@@ -101,6 +103,17 @@ def mfu_fields(record: TrainRecord) -> MfuFields:
         "mfu": mfu,
         "mfu_na": na,
     }
+
+
+def measured_peak_text(record: TrainRecord, fraction: float) -> str:
+    """The "of measured peak" cell: ``"1.7% of 167 GFLOP/s"`` (the peak this job measured
+    on its device at its precision, per device)."""
+    peak = ((record.machine or {}).get("matmul_peak") or {}).get("matmul_peak_gflop_per_s")
+    return (
+        f"{fraction:.1%} of {peak:.4g} GFLOP/s"
+        if isinstance(peak, int | float)
+        else f"{fraction:.1%}"
+    )
 
 
 def mfu_text(fields: Mapping[str, Any]) -> str:

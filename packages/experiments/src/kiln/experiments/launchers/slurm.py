@@ -137,11 +137,33 @@ def requeue_if_preempted(stopped: SystemExit) -> None:
     attempt recorded ``stopped``, nothing new to checkpoint): requeue it if SLURM is
     preempting it, which it does not do itself for a job that ends within its grace time
     (rank 0 requeues and exits; elsewhere this returns)."""
-    from kiln.core import hand_over
+    from kiln.core.distributed.stop import hand_over
 
     if getattr(stopped, "signal_name", None) == "SIGTERM" and preempted():
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue's own SIGTERM
         hand_over(preemption_signal())
+
+
+class RequeueRefused(RuntimeError):
+    """``scontrol requeue`` refused the job (e.g. a partition with ``PreemptMode=CANCEL``
+    and ``--no-requeue``: "Requested operation is presently disabled")."""
+
+
+def requeue_job(job_id: str) -> None:
+    """``scontrol requeue <job_id>``, as submitit runs it, but a refusal keeps scontrol's
+    own words (submitit's ``check_call`` says only "returned non-zero exit status 1").
+
+    Raises:
+        RequeueRefused: scontrol failed; the message holds its reason.
+    """
+    import subprocess
+
+    done = subprocess.run(
+        ["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60, check=False
+    )
+    if done.returncode != 0:
+        reason = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
+        raise RequeueRefused(f"scontrol requeue {job_id} was refused: {reason}")
 
 
 def guard_requeue() -> None:
@@ -151,12 +173,15 @@ def guard_requeue() -> None:
     ``scancel --full`` and the batch shell deliver the same USR2 to a task more than once.
     While the loop stops, any further stop signal is dropped (SLURM's SIGKILL ends a stop
     that overruns)."""
-    from kiln.core import ignore_repeated_signals, requested_signal
+    from kiln.core.distributed.stop import ignore_repeated_signals, requested_signal
 
     ignore_repeated_signals(any_signal=True)
     requeue = signal.getsignal(preemption_signal())
     if not callable(requeue):
         return
+    env = getattr(getattr(requeue, "__self__", None), "env", None)  # submitit's SignalHandler
+    if env is not None and callable(getattr(env, "_requeue", None)):
+        env._requeue = lambda countdown: requeue_job(str(env.job_id))
 
     def guarded(signum: int, frame: Any) -> None:
         if _requeue_started[0] or requested_signal():

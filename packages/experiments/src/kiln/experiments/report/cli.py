@@ -115,7 +115,7 @@ def build_report(
 
     Returns:
         ``{"files": [paths written], "tables": {name: (columns, rows)}, "plots": [pngs],
-        "records": [all job records]}``.
+        "records": [all job records], "unreadable": ["<file>: <why>"]}``.
     """
     sweep = load_sweep(sweep_dir)
     out = Path(out_dir) if out_dir is not None else sweep.root
@@ -140,6 +140,8 @@ def build_report(
         files, plots, md = files + files_, plots + plots_, md + lines
     files_, lines = compile_issues_section(records, out, tables)
     files, md = files + files_, md + lines
+    changed = data_changed_lines(sweep.train)
+    md += changed
     params = study_params(sweep.root, sweep.train) if sweep.train else []
     if params:
         files_, plots_, lines = study_section(sweep.train, params, out, tables)
@@ -156,8 +158,16 @@ def build_report(
         print_tables({**tables, **shown}, ", ".join(f.name for f in files if f.suffix != ".png"))
         for pair in pairs:
             print(compact_line(pair))
+        if changed:
+            print("\n".join(changed[1:]))
         print(f"wrote into {out}: {', '.join(f.name for f in files)}")
-    return {"files": files, "tables": tables, "plots": plots, "records": records}
+    return {
+        "files": files,
+        "tables": tables,
+        "plots": plots,
+        "records": records,
+        "unreadable": sweep.unreadable,
+    }
 
 
 def train_section(
@@ -216,6 +226,19 @@ def compared_runs(
         or isinstance(r.get("scaling_efficiency"), float)
     }
     return [(run_name(rec), rec) for rec in records if run_name(rec) in names]
+
+
+def data_changed_lines(records: list[dict[str, Any]]) -> list[str]:
+    """The report's lines for the attempts that resumed on changed data
+    (``data.allow_changed=true``: the attempt's ``data_changed``); none without any."""
+    lines = [
+        f"- {run_name(record)}: resumed from step {attempt.get('from_step')} on changed data: "
+        + "; ".join(attempt["data_changed"])
+        for record in records
+        for attempt in record.get("attempts") or []
+        if attempt.get("data_changed")
+    ]
+    return ["", "## Data changed on resume", "", *lines] if lines else []
 
 
 def bench_section(
@@ -362,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"kiln-report: {exc}", file=sys.stderr)
         return 2
+    for unreadable in report["unreadable"]:  # left out of every table: say so, --quiet too
+        print(f"kiln-report: left out an unreadable job file: {unreadable}", file=sys.stderr)
     if args.wandb:
         from kiln.experiments.report.wandb_run import log_report
 

@@ -53,8 +53,10 @@ def load_sweep(root: str | Path) -> SweepRecords:
         kind = record.get("kind") or (BENCH.name if job.file.name == BENCH.file else TRAIN.name)
         (records.bench if kind == BENCH.name else records.train).append(record)
     if not records.bench and not records.train:
+        unreadable = "".join(f"; unreadable: {u}" for u in records.unreadable)
         raise FileNotFoundError(
             f"no job records under {root}: expected <job dir>/bench.json (kiln-bench) or "
             "<job dir>/summary.json (kiln-train), e.g. multirun/<date>/<time>/0/bench.json"
+            + unreadable
         )
     return records

@@ -100,9 +100,16 @@ def _requeue(job: JobInfo, requeued: Requeued) -> dict[str, Any]:
     signal.signal(signal.SIGTERM, lambda *_: None)
     try:
         hand_over(signal.SIGUSR2)
-    except Exception as exc:  # not requeued (submitit: "timed-out too many times")
-        requeued.record.update(status="failed", error=one_line_reason(exc))
+    except Exception as exc:  # not requeued: scontrol refused, "timed-out too many times"
+        reason = f"stopped by {requeued.signal_name} with a checkpoint, not requeued: "
+        requeued.record.update(status="failed", error=reason + one_line_reason(exc))
         if global_rank() == 0:
+            attempts = requeued.record.get("attempts")
+            if attempts:  # its end was written as requeued before the requeue was tried
+                step = TrainRecord.from_json(requeued.record).global_step
+                rerun.end_attempt(
+                    job.output_dir, attempts, "failed", step, error=requeued.record["error"]
+                )
             write_job_json(Path(job.output_dir) / TRAIN.file, requeued.record)
         raise
     return requeued.record

@@ -2,8 +2,8 @@
 
 import pytest
 
-from kiln.core import measured_peak
 from kiln.core.telemetry import machine
+from kiln.core.telemetry.machine import measured_peak
 
 
 def test_the_peak_grows_the_matmul_until_its_rate_stops_growing(monkeypatch):
@@ -58,7 +58,7 @@ def test_the_peak_is_measured_at_the_runs_precision(precision, dtype):
 def test_the_bandwidth_grows_the_copy_until_two_sizes_agree(monkeypatch, rates, tried, peak):
     import torch
 
-    from kiln.core import measured_bandwidth
+    from kiln.core.telemetry.machine import measured_bandwidth
 
     sizes: list[int] = []
     ones = torch.ones
@@ -80,7 +80,7 @@ def test_the_bandwidth_grows_the_copy_until_two_sizes_agree(monkeypatch, rates, 
 
 
 def test_the_bandwidth_is_measured_on_this_machine():
-    from kiln.core import measured_bandwidth
+    from kiln.core.telemetry.machine import measured_bandwidth
 
     found = measured_bandwidth("cpu", budget_s=0.02)
     assert found["copy_peak_gb_per_s"] > 0

@@ -1,4 +1,4 @@
-"""The precision audit (``kiln.core.precision_audit``, ``trainer.precision_audit``): which ops
+"""The precision audit (``kiln.core.loop.precision_audit``, ``trainer.precision_audit``): which ops
 a training step and its backward ran in which dtype, and in which module. Under ``64-true``
 it names an op that ran below float64 and its module path; under ``bf16-mixed`` it shows
 the linear layers' matmuls ran in bf16, forward and backward (float32 without autocast)."""
@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch
 from toy import ToyBlocksModule
 
-from kiln.core import TrainerConfig, fit, precision_audit
+from kiln.core import TrainerConfig, fit
+from kiln.core.loop.precision_audit import precision_audit
 
 
 class Float32Norm(torch.nn.Module):

@@ -113,7 +113,7 @@ def test_the_machine_series_holds_the_sm_clock_on_cuda(tmp_path):
     assert samples["sm_clock_mhz"] and all(c > 0 for c in samples["sm_clock_mhz"]), samples
     assert "throttle_reasons" in samples and "other_gpu_memory_mb" in samples
     assert "machine/sm_clock_mhz" in (tmp_path / "csv" / "metrics.csv").read_text()
-    from kiln.core import measured_peak
+    from kiln.core.telemetry.machine import measured_peak
 
     peak = measured_peak("cuda", "bf16-mixed", budget_s=0.05)
     assert peak["matmul_peak_size"] >= 2048 and peak["matmul_peak_gflop_per_s"] > 1000, peak

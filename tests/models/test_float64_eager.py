@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import kiln.models.hf
-from kiln.core import precision_audit
+from kiln.core.loop.precision_audit import precision_audit
 from kiln.models.testing import tiny_model
 
 

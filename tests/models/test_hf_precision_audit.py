@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import kiln.models.hf
-from kiln.core import precision_audit
+from kiln.core.loop.precision_audit import precision_audit
 from kiln.models.testing import tiny_model
 
 # T5's relative-position buckets are integers the model defines through float32 arithmetic

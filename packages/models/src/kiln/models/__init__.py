@@ -10,7 +10,7 @@ the registry imports kiln's own HF and timm models when it is first asked for a 
 
 from typing import TYPE_CHECKING
 
-from kiln.core import lazy_package
+from kiln.core.lazy import lazy_package
 
 _EXPORTS = {
     "HFCausalLM": "kiln.models.hf",

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from kiln.core import require
+from kiln.core.optional import require
 from kiln.models.classification import (
     CLASSIFICATION_METRICS,
     classification_loss,

@@ -27,7 +27,8 @@ from typing import Any
 import torch
 
 import kiln.models as km
-from kiln.core import TrainerConfig, fit, precision_audit
+from kiln.core import TrainerConfig, fit
+from kiln.core.loop.precision_audit import precision_audit
 from kiln.models.module import KilnModule
 
 DataFactory = Callable[[], Any]

@@ -2,6 +2,6 @@
 on a signal (``stop.py``), each rank's threads (``threads.py``) and FSDP2 sharding
 (``sharding.py``).
 
-Nothing is imported here: each module is imported where it is used; the names the other
-kiln packages use are exported by ``kiln.core``.
+Nothing is imported here: import a name from its module (``kiln.core`` exports only what
+a user of ``fit`` needs).
 """

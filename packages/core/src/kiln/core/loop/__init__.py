@@ -2,6 +2,6 @@
 (``step.py``), what follows each step on its periods (log, validate, checkpoint), and the
 pieces they use (data order, optimizers, precision, compile, activation checkpointing, seeds).
 
-Nothing is imported here: each module is imported where it is used; the names the other
-kiln packages use are exported by ``kiln.core``.
+Nothing is imported here: import a name from its module (``kiln.core`` exports only what
+a user of ``fit`` needs).
 """

@@ -2,6 +2,6 @@
 (``compile_watch.py``), FLOPs and MFU (``flops.py``), memory (``memory.py``), the machine and
 its load (``machine.py``), and the progress shown while it trains (``progress.py``).
 
-Nothing is imported here: each module is imported where it is used; the names the other
-kiln packages use are exported by ``kiln.core``.
+Nothing is imported here: import a name from its module (``kiln.core`` exports only what
+a user of ``fit`` needs).
 """

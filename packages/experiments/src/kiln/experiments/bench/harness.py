@@ -40,7 +40,8 @@ from lightning.fabric.plugins import DoublePrecision, HalfPrecision, MixedPrecis
 from lightning.fabric.utilities import move_data_to_device
 from torch import nn
 
-from kiln.core import PRECISIONS, CompileConfig, CompileWatch, unpack_optimizers
+from kiln.core import PRECISIONS, CompileConfig, unpack_optimizers
+from kiln.core.telemetry.compile_watch import CompileWatch
 from kiln.experiments.bench.record import BenchResult
 from kiln.experiments.bench.stats import speedup_stats
 from kiln.experiments.bench.step_memory import variant_peak_memory_mb

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from kiln.core import profiler_activities, write_profile
+from kiln.core.telemetry.profile import profiler_activities, write_profile
 
 
 def profile_variant(

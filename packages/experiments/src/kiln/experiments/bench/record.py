@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from kiln.core import CacheFigures, CompileCounts
+from kiln.core.telemetry.records import CacheFigures, CompileCounts
 
 
 class SpeedupStats(TypedDict, total=False):

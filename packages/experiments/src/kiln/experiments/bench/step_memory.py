@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from kiln.core import reset_cpu_peak, status_kb, tensor_bytes
+from kiln.core.telemetry.memory import reset_cpu_peak, status_kb, tensor_bytes
 
 _MB = 2**20
 

@@ -1,6 +1,6 @@
 """``compile.trace=true``: a job's torch.compile trace and its tlparse report, in the job dir.
 
-While the job runs, torch's structured trace (``kiln.core.structured_trace``) goes to
+While the job runs, torch's structured trace (``kiln.core.upstream_internals``) goes to
 ``<job dir>/compile_trace/``; afterwards ``tlparse`` (the ``trace`` extra, PyPI's ``tlparse``)
 turns each process's log into an HTML report in ``<job dir>/tlparse/`` (``index.html``:
 every compiled frame, its graphs, graph breaks, recompiles and guards). The job's record
@@ -71,7 +71,7 @@ def compile_trace(enabled: bool, job_dir: str | Path) -> Iterator[dict[str, Any]
     if not enabled:
         yield info
         return
-    from kiln.core import structured_trace
+    from kiln.core.upstream_internals import structured_trace
 
     trace_dir = Path(job_dir) / TRACE_DIR
     try:

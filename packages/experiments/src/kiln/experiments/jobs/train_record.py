@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from kiln.core import Telemetry
+from kiln.core.telemetry.records import Telemetry
 from kiln.experiments.settings.dotted import select
 from kiln.experiments.settings.job_info import JobMachine
 

@@ -39,7 +39,7 @@ def resolve_checkpoint(source: str | Path) -> Path:
         FileNotFoundError: ``source`` does not exist or holds no checkpoint; the message
             says where it looked and what is valid.
     """
-    from kiln.core import find_latest_checkpoint
+    from kiln.core.checkpoints.lookup import find_latest_checkpoint
 
     path = Path(source)
     if not path.exists():

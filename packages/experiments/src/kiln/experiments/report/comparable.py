@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from kiln.core import FINGERPRINT_KEYS, Calibration, GpuLoad
+from kiln.core.telemetry.machine import FINGERPRINT_KEYS
+from kiln.core.telemetry.records import Calibration, GpuLoad
 from kiln.experiments.report.watched import OTHERS_LIMIT_CORES, drift_note, run_reasons
 from kiln.experiments.settings.job_info import JobMachine
 

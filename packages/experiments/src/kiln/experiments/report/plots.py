@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kiln.core import CATEGORY_ORDER, require
+from kiln.core.optional import require
+from kiln.core.telemetry.profile import CATEGORY_ORDER
 from kiln.experiments.report.labels import differing_labels
 from kiln.experiments.report.profiles import ProfilePair, host_ms
 from kiln.experiments.report.rows import SCALING, SPEEDUP, Ratio, RatioColumns

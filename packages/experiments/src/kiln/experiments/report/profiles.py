@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kiln.core import CATEGORY_ORDER
+from kiln.core.telemetry.profile import CATEGORY_ORDER
 from kiln.experiments.report.pairing import pair_key
 
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from kiln.core import Telemetry
+from kiln.core.telemetry.records import Telemetry
 from kiln.experiments.bench.stats import (
     band_ratio_interval,
     block_ratio_interval,

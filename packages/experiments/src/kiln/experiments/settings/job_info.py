@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kiln.core import Calibration, CopyPeak, LoadSample, Machine, MatmulPeak
+from kiln.core.telemetry.records import Calibration, CopyPeak, LoadSample, Machine, MatmulPeak
 
 PLACEMENT_KEYS = ("hydra", "launcher", "sweep", "logger", "paths")
 """Override keys that choose where or how a job runs, not what it computes: kept out of run
@@ -163,7 +163,7 @@ def machine_info() -> JobMachine:
     load and calibration (:meth:`kiln.experiments.jobs.lifecycle.Lifecycle.measured`)."""
     import torch
 
-    from kiln.core import describe_machine
+    from kiln.core.telemetry.machine import describe_machine
 
     cuda = torch.cuda.is_available()
     return {
@@ -199,7 +199,7 @@ def write_job_json(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
     Returns:
         The path written.
     """
-    from kiln.core import atomic_write
+    from kiln.core.atomic import atomic_write
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -50,7 +50,7 @@ def check_worker_processes(trainer: Any) -> None:
     """
     import torch
 
-    from kiln.core import usable_cores
+    from kiln.core.telemetry.machine import usable_cores
     from kiln.experiments.train.worker import in_process
 
     if in_process(trainer):  # torchrun / SLURM started the processes, or there is one

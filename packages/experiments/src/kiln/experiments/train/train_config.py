@@ -118,7 +118,7 @@ def warn_about(settings: TrainConfig) -> None:
     threads than cores, a step-time warm-up as long as the run, a profile longer than it."""
     import logging
 
-    from kiln.core import usable_cores
+    from kiln.core.telemetry.machine import usable_cores
 
     log = logging.getLogger(__name__)
     trainer = settings.trainer

@@ -59,7 +59,9 @@ def train_worker(
     Returns:
         ``kiln.core.FitResult`` as a dict.
     """
-    from kiln.core import apply_threads_per_rank, fit, stop_on_signals, weights_hash
+    from kiln.core import fit, weights_hash
+    from kiln.core.distributed.stop import stop_on_signals
+    from kiln.core.distributed.threads import apply_threads_per_rank
 
     trainer = settings.trainer
     apply_threads_per_rank(trainer)  # a launched worker's first op is building the model
@@ -150,7 +152,7 @@ def train(
 def in_process(trainer: Any) -> bool:
     """Whether this process trains (one device, or a rank torchrun or SLURM started), rather
     than starting ``trainer.devices`` workers (``trainer``: a ``TrainerConfig``)."""
-    from kiln.core import launched_externally
+    from kiln.core.distributed.launch import launched_externally
 
     # torchrun or SLURM tasks: this process is already one rank
     return launched_externally() or trainer.devices * trainer.num_nodes == 1

@@ -14,7 +14,7 @@ import datasets
 import numpy as np
 import torch
 
-from kiln.core import require
+from kiln.core.optional import require
 from kiln.models.contract import ImageModel
 from kiln.models.contract import require as require_members
 from kiln.models.data.base import DataModule, default_cache_dir

@@ -15,7 +15,9 @@ def saved_state(path: Path, scratch: Path) -> dict[str, Any]:
     whole = scratch / f"{path.name}.whole.pt"
     dcp_to_torch_save(path, whole)
     state = torch.load(whole, weights_only=False)
-    state.update(torch.load(path / "meta.pt", weights_only=True))
+    meta = torch.load(path / "meta.pt", weights_only=True)
+    # the loop's counters and its world, by entry, read as the plain values they are
+    state.update({**meta, **meta.get("loop", {}), **meta.get("world", {})})
     return state
 
 

@@ -33,23 +33,11 @@ from torch.distributed.checkpoint.state_dict_loader import (
 from torch.distributed.tensor import DTensor
 
 from kiln.core.checkpoints.lookup import META, check_not_a_plain_directory, damage, is_legacy
+from kiln.core.checkpoints.registry import by_entry
 from kiln.core.checkpoints.rundir import DamagedCheckpointError
 from kiln.core.checkpoints.save import one_process_is_the_intent, split_state, unwrapped
 
 _COMPILED_PREFIX = "_orig_mod."
-# a checkpoint of 05087a5 or earlier keeps these at its top level
-_LOOP_KEYS = (
-    "global_step",
-    "epoch",
-    "batch_in_epoch",
-    "skipped_steps",
-    "history",
-    "validation_history",
-    "metrics",
-    "stop_reason",
-    "run_id",
-)
-_WORLD_KEYS = ("world_size", "accumulate_grad_batches", "micro_batch_size", "threads_per_rank")
 _UNREADABLE = (pickle.UnpicklingError, EOFError, RuntimeError, ValueError, zipfile.BadZipFile)
 
 
@@ -105,18 +93,7 @@ def _read(path: Path, **kwargs: Any) -> dict[str, Any]:
 def _saved_meta(path: Path) -> dict[str, Any]:
     """A checkpoint's plain values: ``meta.pt`` of a directory; an earlier release's file
     whole (mmap: no tensor is read until used)."""
-    return by_entry(_read(path / META) if path.is_dir() else _read(path, mmap=True))
-
-
-def by_entry(saved: dict[str, Any]) -> dict[str, Any]:
-    """``saved`` keyed by registry entry: a checkpoint written before the registry keeps the
-    loop's counters and its world at the top level; they move under ``"loop"`` and
-    ``"world"``, where the registered objects read them."""
-    if "loop" in saved or "global_step" not in saved:
-        return saved
-    saved["loop"] = {k: saved.pop(k) for k in _LOOP_KEYS if k in saved}
-    saved["world"] = {k: saved.pop(k) for k in _WORLD_KEYS if k in saved}
-    return saved
+    return _read(path / META) if path.is_dir() else _read(path, mmap=True)
 
 
 def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
@@ -125,7 +102,8 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     Returns:
         ``config`` (the ``run_config`` given to ``fit``), ``global_step``, ``epoch``,
         ``world_size`` (processes that wrote it), ``threads_per_rank`` (their intra-op
-        threads) and ``run_id`` (``None`` where absent).
+        threads), ``run_id`` (``None`` where absent), and the logged ``history`` and
+        ``validation_history`` rows.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -137,7 +115,7 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
     check_not_a_plain_directory(path)
-    saved = _saved_meta(path)
+    saved = by_entry(_saved_meta(path))
     rng = saved.get("rng")
     loop, world = saved.get("loop", {}), saved.get("world", {})
     return {
@@ -194,7 +172,8 @@ def _restore_others(
     loop's counters) in place, plain values into ``state``; return what ``state`` did not
     ask for. An object with ``load_missing(path)`` decides what a checkpoint without its
     entry means (it may raise, naming what is missing)."""
-    saved = by_entry(saved)
+    if "loop" in state:  # fit's registry: a checkpoint written before it is read by entry
+        saved = by_entry(saved)
     absent = [
         k
         for k, obj in state.items()
@@ -268,7 +247,8 @@ def load_checkpoint(fabric: Fabric, path: str | Path, state: dict[str, Any]) -> 
             ``save_checkpoint``.
 
     Returns:
-        The saved values not in ``state``.
+        The saved values not in ``state``; ``"rng"``, unless ``state`` has it, is this rank's
+        RNG state (``None`` when the checkpoint came from another number of ranks).
     """
     path = Path(path)
     if not path.exists():
@@ -278,7 +258,12 @@ def load_checkpoint(fabric: Fabric, path: str | Path, state: dict[str, Any]) -> 
     problem = fabric.broadcast(damage(path) if fabric.is_global_zero else None)
     if problem is not None:
         raise DamagedCheckpointError(f"checkpoint {path} is damaged: {problem}")
-    return _load_legacy(path, state) if is_legacy(path) else _load_dcp(path, state)
+    remainder = _load_legacy(path, state) if is_legacy(path) else _load_dcp(path, state)
+    rng_states = remainder.get("rng")
+    if rng_states is not None:  # not asked for (fit registers "rng"): this rank's, or None
+        same_world = len(rng_states) == fabric.world_size
+        remainder["rng"] = rng_states[fabric.global_rank] if same_world else None
+    return remainder
 
 
 def load_weights(module: torch.nn.Module, path: str | Path, key: str = "model") -> None:

@@ -17,7 +17,21 @@ from typing import Any
 
 from torch.distributed.checkpoint.stateful import Stateful
 
-__all__ = ["CheckpointState", "Record", "Stateful"]
+__all__ = ["CheckpointState", "Record", "Stateful", "by_entry"]
+
+# a checkpoint of 05087a5 or earlier keeps these at its top level
+_LOOP_KEYS = (
+    "global_step",
+    "epoch",
+    "batch_in_epoch",
+    "skipped_steps",
+    "history",
+    "validation_history",
+    "metrics",
+    "stop_reason",
+    "run_id",
+)
+_WORLD_KEYS = ("world_size", "accumulate_grad_batches", "micro_batch_size", "threads_per_rank")
 
 
 class CheckpointState:
@@ -71,3 +85,14 @@ class Record:
 
     def load_missing(self, path: Any) -> None:
         """Nothing to restore either."""
+
+
+def by_entry(saved: dict[str, Any]) -> dict[str, Any]:
+    """``saved`` keyed by registry entry: a checkpoint written before the registry keeps the
+    loop's counters and its world at the top level; they move under ``"loop"`` and
+    ``"world"``, where the registered objects read them."""
+    if "loop" in saved or "global_step" not in saved:
+        return saved
+    saved["loop"] = {k: saved.pop(k) for k in _LOOP_KEYS if k in saved}
+    saved["world"] = {k: saved.pop(k) for k in _WORLD_KEYS if k in saved}
+    return saved

@@ -25,6 +25,7 @@ from typing import Any
 
 from kiln.core.atomic import atomic_write
 from kiln.core.checkpoints.checksum import checksum_damage, checksum_of
+from kiln.core.checkpoints.registry import by_entry
 
 RUN_FILE = "run.json"
 RUN_FILE_TEMP_PREFIX = ".run.json."
@@ -178,14 +179,14 @@ def _verified_run_id(path: Path) -> tuple[str | None, str | None]:
     try:
         if path.is_dir():
             meta = torch.load(path / "meta.pt", map_location="cpu", weights_only=True)
-            run_id = meta.get("run_id")
+            run_id = by_entry(meta).get("loop", {}).get("run_id")
         else:
             with zipfile.ZipFile(path) as archive:
                 bad = archive.testzip()
             if bad is not None:
                 return None, f"its record {bad} fails its CRC-32 check"
             saved = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-            run_id = saved.get("run_id")
+            run_id = by_entry(dict(saved)).get("loop", {}).get("run_id")
     except Exception as error:  # truncated, not a zip, not unpicklable safely
         return None, f"it cannot be read ({type(error).__name__})"
     return (str(run_id), None) if run_id else (None, "it names no run (written by older kiln?)")

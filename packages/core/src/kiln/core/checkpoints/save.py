@@ -48,6 +48,7 @@ from torch.distributed.tensor import DTensor
 from kiln.core.atomic import TEMP_SUFFIX, fsync_path, replace_synced
 from kiln.core.checkpoints import checksum, rundir
 from kiln.core.checkpoints.lookup import META, checkpoint_path
+from kiln.core.checkpoints.rng import gather_rng_states
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +194,7 @@ def save_checkpoint(
     Must be called on every rank. ``state`` maps names to the Fabric-wrapped (or plain)
     model and optimizer, other objects with ``state_dict()`` (scheduler, grad scaler,
     callbacks, the loop's counters; ``kiln.core.checkpoints.registry``) and plain values.
+    Unless ``state`` has ``"rng"``, every rank's RNG state is stored there, a list by rank.
 
     Args:
         fabric: The run's Fabric.
@@ -229,6 +231,8 @@ def save_checkpoint(
     fabric.barrier()
 
     tensors, meta = _tensor_state(state)  # on every rank: a state_dict() may be a collective
+    if "rng" not in state:  # fit registers its own ("rng": checkpoints.rng.RngStreams)
+        meta["rng"] = gather_rng_states()
     size = _local_bytes(tensors)
     _write(fabric, temp, final, size, meta, None if writes is not None else tensors)
 

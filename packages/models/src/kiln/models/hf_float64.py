@@ -93,6 +93,7 @@ def _with_global(fn: Any, name: str, value: Any) -> Any:
     """A copy of ``fn`` whose global ``name`` is ``value``; a decorator's wrapper (one that
     sets ``__wrapped__``) is copied around the copy of the function it wraps."""
     wrapped = getattr(fn, "__wrapped__", None)
+    inner: Any = None
     if wrapped is None:
         namespace = {**fn.__globals__, name: value}
         closure = fn.__closure__
@@ -107,7 +108,7 @@ def _with_global(fn: Any, name: str, value: Any) -> Any:
     copy.__dict__.update(fn.__dict__)
     copy.__qualname__ = fn.__qualname__
     if wrapped is not None:
-        copy.__wrapped__ = inner
+        setattr(copy, "__wrapped__", inner)  # noqa: B010  (functools.wraps's attribute)
     return copy
 
 
@@ -126,7 +127,9 @@ def _eager_attention_replacement(cls: type) -> Callable[..., Any] | None:
     forward = getattr(cls, "forward", None)
     inner = getattr(forward, "__wrapped__", forward)
     code = getattr(inner, "__code__", None)
-    if code is None or "eager_attention_forward" not in code.co_names:
+    if forward is None or inner is None or code is None:
+        return None
+    if "eager_attention_forward" not in code.co_names:
         return None
     eager = inner.__globals__.get("eager_attention_forward")
     if eager is None or _code(eager) != _code(llama.eager_attention_forward):
@@ -171,7 +174,8 @@ def compute_in_input_dtype(model: torch.nn.Module) -> list[str]:
         cls = type(module)
         if cls not in attention:
             attention[cls] = _eager_attention_replacement(cls)
-        if attention[cls] is not None:
-            module.forward = types.MethodType(attention[cls], module)
+        replacement = attention[cls]
+        if replacement is not None:
+            module.forward = types.MethodType(replacement, module)
             changed.append(name)
     return changed

@@ -147,6 +147,13 @@ class KilnModule(L.LightningModule):
     def val_dataloader(self) -> torch.utils.data.DataLoader:
         return self._require_data().val_dataloader()
 
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What ``kiln.core.fit`` saves in every checkpoint besides the weights and the loop's
+        own state: the data module's pieces (its ``checkpoint_state()``: the data's
+        fingerprint, which a resume compares)."""
+        own = getattr(self.data_module, "checkpoint_state", None)
+        return own() if callable(own) else {}
+
     # -- export ---------------------------------------------------------------------------
     def export(self, out_dir: str | Path) -> Path:
         """Write ``self.model`` so its own library loads it without kiln.

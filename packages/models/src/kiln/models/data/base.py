@@ -10,6 +10,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from kiln.models.data.fingerprint import DataIdentity, fingerprint
+
 IGNORE_INDEX = -100
 """Label value the losses and metrics skip (padding tokens, validation padding samples)."""
 
@@ -76,6 +78,8 @@ class DataModule(L.LightningDataModule):
         val_batch_size: Validation batch size (default: ``batch_size``).
         num_workers: DataLoader worker processes (0: load in the main process).
         seed: Seeds generation, splits and the default shuffling.
+        allow_changed: Resume a checkpoint whose recorded data (:meth:`data_fingerprint`)
+            differs from the data now; ``False`` refuses, naming what changed.
     """
 
     def __init__(
@@ -84,6 +88,7 @@ class DataModule(L.LightningDataModule):
         val_batch_size: int | None = None,
         num_workers: int = 0,
         seed: int = 0,
+        allow_changed: bool = False,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} must be >= 1")
@@ -94,10 +99,12 @@ class DataModule(L.LightningDataModule):
         self.val_batch_size = val_batch_size or batch_size
         self.num_workers = num_workers
         self.seed = seed
+        self.allow_changed = allow_changed
         self.train_set: Any = None
         self.val_set: Any = None
         self.test_set: Any = None  # built by ``setup`` where the data module has a test split
         self._is_setup = False
+        self._fingerprint: dict[str, Any] | None = None
 
     def attach(self, module: Any) -> None:
         """Check the data against ``module`` and take what it needs from it."""
@@ -111,6 +118,21 @@ class DataModule(L.LightningDataModule):
 
     def _setup(self) -> None:
         raise NotImplementedError
+
+    def data_fingerprint(self) -> dict[str, Any]:
+        """What this data feeds the run (taken once, after setup): each local file's path,
+        size and content hash, and each split's rows and, for data no local file holds, its
+        ``datasets`` fingerprint (``kiln.models.data.fingerprint``)."""
+        if self._fingerprint is None:
+            self.setup()
+            self._fingerprint = fingerprint(self)
+        return self._fingerprint
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What every checkpoint records of the data (``kiln.core``'s registry, through the
+        module's ``checkpoint_state``): its fingerprint under ``"data"``, which a resume
+        compares with the data now."""
+        return {"data": DataIdentity(self)}
 
     def collate(self, items: list[dict]) -> dict[str, torch.Tensor]:
         return torch.utils.data.default_collate(items)

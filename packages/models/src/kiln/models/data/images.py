@@ -77,8 +77,9 @@ class ImageClassificationData(DataModule):
         val_batch_size: int | None = None,
         num_workers: int = 0,
         seed: int = 0,
+        allow_changed: bool = False,
     ) -> None:
-        super().__init__(batch_size, val_batch_size, num_workers, seed)
+        super().__init__(batch_size, val_batch_size, num_workers, seed, allow_changed)
         self.dataset = dataset
         self.image_column = image_column
         self.label_column = label_column

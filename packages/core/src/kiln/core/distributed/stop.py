@@ -13,6 +13,13 @@ validation before the first step, after the loop), or a second one, goes straigh
 previous handler, as without kiln (a launched worker drops a repeat of the same signal, a
 SLURM job any stop signal while it stops: :func:`ignore_repeated_signals`). A job that acts
 on the stop by re-raising it to the previous handler calls :func:`hand_over`.
+
+Where no step boundary is near, SIGTERM and SIGINT act at once, through the previous handler,
+and the exception it raises names where (``kiln_stop_phase``): before the first step ends
+(the first batch: a shuffle buffer's fill; the first step: compilation), nothing is lost
+since the run started or resumed; a single process's validation checks after each batch
+(:func:`act_on_stop_request`) and stops there (a re-run resumes from the last checkpoint and
+repeats that validation). SLURM jobs keep the step boundary.
 """
 
 from __future__ import annotations
@@ -23,12 +30,14 @@ import sys
 import threading
 from collections.abc import Generator, Iterable
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import torch
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
 """What ``kiln-train`` turns into a stop at the next step boundary."""
+AT_ONCE = (signal.SIGTERM, signal.SIGINT)
+"""What acts at once where no step boundary is near (see the module doc)."""
 
 
 class _Request:
@@ -38,6 +47,9 @@ class _Request:
     listening = False  # the loop is between steps and will honour a request
     repeats_ignored = False  # a worker of kiln.core.launch: see ignore_repeated_signals
     others_ignored = False  # a SLURM job: any stop signal while stopping is dropped
+    far: str | None = None  # while listening: a stretch with no step boundary near
+    checked = False  # far is a stretch that checks (act_on_stop_request), not the handler
+    previous: ClassVar[dict[int, Any]] = {}  # the handlers stop_on_signals replaced
 
 
 _REQUEST = _Request()
@@ -90,11 +102,35 @@ def hand_over(signum: int) -> None:
 @contextmanager
 def listening() -> Generator[None, None, None]:
     """The loop's step phase: a stop request is honoured at the next boundary (``fit``)."""
-    _REQUEST.signum, _REQUEST.listening = 0, True
+    _REQUEST.signum, _REQUEST.listening, _REQUEST.far = 0, True, None
     try:
         yield
     finally:
-        _REQUEST.listening = False
+        _REQUEST.listening, _REQUEST.far = False, None
+
+
+def _far(where: str | None, checked: bool = False) -> None:
+    _REQUEST.far, _REQUEST.checked = where, checked
+
+
+def _act_now(signum: int, frame: Any, where: str) -> None:
+    """Pass ``signum`` to the handler installed before, noting ``where`` on what it raises."""
+    note = f"{signal.Signals(signum).name} during {where}: stopping now\n"
+    os.write(sys.stderr.fileno(), note.encode())
+    _REQUEST.signum, _REQUEST.far = 0, None
+    try:
+        _call_previous(_REQUEST.previous.get(signum, signal.SIG_DFL), signum, frame)
+    except BaseException as stop:
+        stop.kiln_stop_phase = where  # type: ignore[attr-defined]
+        raise
+
+
+def act_on_stop_request() -> None:
+    """Act now on a SIGTERM or SIGINT that came during a stretch of the loop that checks
+    (a single process's validation, after each batch): see the module doc."""
+    where, signum = _REQUEST.far, _REQUEST.signum
+    if where is not None and _REQUEST.checked and signum:
+        _act_now(signum, None, where)
 
 
 def _call_previous(previous: Any, signum: int, frame: Any) -> None:
@@ -128,7 +164,14 @@ def stop_on_signals(signals: Iterable[int] = STOP_SIGNALS) -> Generator[None, No
     with signal_handlers_restored(signals) as previous:
 
         def handler(signum: int, frame: Any) -> None:
-            if request_stop(signum):
+            far = _REQUEST.far is not None and signum in AT_ONCE and not _REQUEST.others_ignored
+            if far and not _REQUEST.checked and _REQUEST.listening and not _REQUEST.signum:
+                _act_now(signum, frame, cast(str, _REQUEST.far))
+            elif far and request_stop(signum):
+                name = signal.Signals(signum).name
+                note = f"{name}: stopping at the next batch of {_REQUEST.far}\n"
+                os.write(sys.stderr.fileno(), note.encode())
+            elif request_stop(signum):
                 # os.write: print() may be the very call this handler interrupted
                 note = f"{signal.Signals(signum).name}: stopping at the next step boundary\n"
                 os.write(sys.stderr.fileno(), note.encode())
@@ -141,9 +184,13 @@ def stop_on_signals(signals: Iterable[int] = STOP_SIGNALS) -> Generator[None, No
             else:
                 _call_previous(previous[signum], signum, frame)
 
+        outer, _Request.previous = _Request.previous, previous
         for signum in previous:
             signal.signal(signum, handler)
-        yield
+        try:
+            yield
+        finally:
+            _Request.previous = outer
 
 
 class StopPoll:
@@ -161,6 +208,7 @@ class StopPoll:
 
     def __init__(self, fabric: Any, total_steps: int | None = None) -> None:
         self.total_steps, self.signum = total_steps, 0
+        self.step: int | None = None  # the last step this attempt ended
         self.distributed = fabric.world_size > 1 and torch.distributed.is_initialized()
         self.group: torch.distributed.ProcessGroup | None = None
         if self.distributed and torch.distributed.get_backend() != "gloo":
@@ -170,8 +218,26 @@ class StopPoll:
             )
         self._flag = torch.zeros(1, dtype=torch.int32)
 
+    def on_loop_start(self, fit: Any) -> None:
+        _far("the first batch")  # a shuffle buffer's fill, the loader's workers starting
+
+    def on_window_start(self, window: list[Any]) -> None:
+        if self.step is None:
+            _far("the first step")  # compilation
+
     def on_step_end(self, step: int) -> None:
+        self.step = step
+        _far(None)
         self.signum = self() if self.total_steps is None or step < self.total_steps else 0
+
+    def on_validation_start(self) -> None:
+        # one process: the stop is its own (ranks would stop at different batches); a stop
+        # already requested has its checkpoint after this validation
+        if not self.distributed and not _REQUEST.signum:
+            _far(f"validation at step {self.step or 0}", checked=True)
+
+    def on_validation_end(self) -> None:
+        _far(None if self.step is not None else "the first batch")
 
     def __call__(self) -> int:
         """The signal number a stop was requested for on any rank, or 0 (a rank that

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from kiln.core.checkpoints.rng import capture_rng_state, restore_rng_state
+from kiln.core.distributed.stop import act_on_stop_request
 from kiln.core.loop.data import dataset_size, gather_in_order
 from kiln.core.loop.precision import call_step_hook
 from kiln.core.loop.step import kept
@@ -59,5 +60,6 @@ def _validation_outputs(ctx: Context) -> dict[str, list[torch.Tensor]]:
             out = call_step_hook(ctx.fabric, ctx.model, "validation_step", batch, i)
             for key, value in out.items():
                 outputs[key].append(kept(value, ctx.cuda_graphs))
+            act_on_stop_request()  # SIGTERM or Ctrl-C during validation: stop here
     ctx.model.train()
     return outputs

@@ -18,7 +18,8 @@ atomically. An attempt refused before its tracker opened leaves the record of an
 attempt that did work (a finished job's) as it was, but for its ``attempts``, and never
 touches its W&B run; so does one that finds nothing to do (:meth:`Lifecycle.keep`).
 ``Exception`` is swallowed (one failed job never stops a sweep); Ctrl-C and
-SIGTERM are recorded, then propagate.
+SIGTERM are recorded, then propagate (away from a step boundary: ``status: stopped`` and
+``stopped_in``, where); one that comes while the job ends acts once its record is written.
 """
 
 from __future__ import annotations
@@ -132,6 +133,10 @@ def _terminated(signum: int, frame: Any) -> None:
     raise Terminated(signum)
 
 
+class _Held(Exception):
+    """Ends a best-effort block a stop signal came in (``Lifecycle._held_signals``)."""
+
+
 class Lifecycle:
     """The record, tracker and result file of one job (a context manager around its work).
 
@@ -179,6 +184,7 @@ class Lifecycle:
         self.tracker: Tracker | None = None
         self.kept: dict[str, Any] | None = None  # the earlier record a refused attempt keeps
         self.unchanged = False  # the work found nothing to do: the earlier record stays (keep)
+        self.held = 0  # a stop signal held while the job ends (_held_signals)
 
     @property
     def loggers(self) -> list[Any]:
@@ -264,8 +270,9 @@ class Lifecycle:
         try:
             yield
         finally:
-            # best effort: after a failed step (CUDA out of memory) the work's error is the news
-            with contextlib.suppress(Exception):
+            # best effort: after a failed step (CUDA out of memory) the work's error is the news;
+            # SIGTERM or Ctrl-C skips it, and acts once the record is written
+            with contextlib.suppress(Exception), self._held_signals(abort=True):
                 machine["calibration_after"], machine["load_end"] = calibrate_under_load(
                     device, precision
                 )
@@ -278,17 +285,52 @@ class Lifecycle:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        try:
-            if exc is not None:
-                if self.writer and self.tracker is None:
-                    self.kept = self.earlier_record()
-                self._record_failure(exc)
-            if self.on_exit is not None and self.writer:
-                self.on_exit(exc)
-        finally:
-            self._finish(stopping=exc is not None and not isinstance(exc, Exception))
+        with self._held_signals():  # the record and the tracker's end are written whole
+            try:
+                if exc is not None:
+                    if self.writer and self.tracker is None:
+                        self.kept = self.earlier_record()
+                    self._record_failure(exc)
+                if self.on_exit is not None and self.writer:
+                    self.on_exit(exc)
+            finally:
+                self._finish(stopping=exc is not None and not isinstance(exc, Exception))
+        if self.held and not isinstance(exc, Requeued):  # it stops the process now
+            signal.raise_signal(self.held)
         # A failed job must not stop the sweep; Ctrl-C and SIGTERM stop the process.
         return isinstance(exc, Exception)
+
+    @contextlib.contextmanager
+    def _held_signals(self, abort: bool = False) -> Iterator[None]:
+        """Inside, the first SIGTERM or SIGINT is held in ``self.held`` (``abort``: and the block
+        ends with ``_Held``, an ``Exception``); a second acts at once. Main thread only."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        signals = (signal.SIGTERM, signal.SIGINT)
+        saved = {s: signal.getsignal(s) for s in signals}
+
+        def hold(signum: int, frame: Any) -> None:
+            if self.held:
+                restore()
+                signal.raise_signal(signum)
+                return
+            self.held = signum
+            note = f"{signal.Signals(signum).name}: stopping once the job's record is written\n"
+            os.write(sys.stderr.fileno(), note.encode())
+            if abort:
+                raise _Held(signum)
+
+        def restore() -> None:
+            for signum, handler in saved.items():
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+        for signum in signals:
+            signal.signal(signum, hold)
+        try:
+            yield
+        finally:
+            restore()
 
     def _record_failure(self, exc: BaseException) -> None:
         self.record.update(
@@ -299,6 +341,7 @@ class Lifecycle:
                 **(self.progress(exc) if self.progress else {}),
             }
         )
+        self.record.update(self._stop_fields(exc))
         trace = "".join(traceback.format_exception(exc))
         if self.writer:
             path = Path(self.job.output_dir) / (ERROR_LOG if self.kept is None else REFUSED_LOG)
@@ -307,6 +350,26 @@ class Lifecycle:
             self.record["traceback_file"] = str(path)
         log.debug("job %s failed:\n%s", self.job.run_name, trace)
 
+    def _stop_fields(self, exc: BaseException) -> dict[str, Any]:
+        """A record that says why its work stopped (``stop_reason``), stopped by SIGTERM or
+        Ctrl-C away from a step boundary: ``stop_reason``, ``stop_signal`` and ``stopped_in``
+        (the stage, and where in it: ``train: the first batch``, ``train: validation at step
+        4``)."""
+        if "stop_reason" not in self.record or self.record["stop_reason"] == "signal":
+            return {}
+        if isinstance(exc, Terminated):
+            name = exc.signal_name
+        elif isinstance(exc, KeyboardInterrupt):
+            name = "SIGINT"
+        else:
+            return {}
+        where = [stage_of(exc), getattr(exc, "kiln_stop_phase", None)]
+        return {
+            "stop_reason": "signal",
+            "stop_signal": name,
+            "stopped_in": ": ".join(w for w in where if w) or "start",
+        }
+
     def _finish(self, stopping: bool = False) -> None:
         # the record first: a job SLURM is requeueing or killing may not outlive W&B's finish
         if self.writer:
@@ -314,8 +377,12 @@ class Lifecycle:
             if self.kept is not None and (self.refused or self.unchanged):  # this attempt only
                 attempts = {k: v for k, v in self.record.items() if k == "attempts" and v}
                 record = {**self.kept, **attempts}
-            elif self.failed and self.before is not None and self.keep_progress is not None:
-                record = self.record = self.keep_progress(self.before, record)
+            elif self.before is not None and self.keep_progress is not None:
+                if self.failed:
+                    record = self.record = self.keep_progress(self.before, record)
+                elif record.get("stopped_in"):  # stopped away from a step boundary
+                    stop = {k: record[k] for k in ("stop_reason", "stop_signal")}
+                    record = self.record = {**self.keep_progress(self.before, record), **stop}
             write_job_json(Path(self.job.output_dir) / self.kind.file, record)
         if self.tracker is None:
             return

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch.distributed as dist
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from kiln.models.data.packing import PACKED_KEYS
 from kiln.models.data.shards import check_shards, shard_files
 from kiln.models.data.sources import check_columns, load_splits
 from kiln.models.data.streaming import ShardStream
@@ -49,9 +50,11 @@ def setup_stream(data: CausalLMData) -> None:
 
     Raises:
         FileNotFoundError: A shard path or glob that names no file.
-        ValueError: A truncated shard or one of another schema (``ShardError``, naming it),
-            or shards with no row at all.
+        ValueError: A shuffle buffer that would not fit in memory
+            (:func:`check_shuffle_buffer`), a truncated shard or one of another schema
+            (``ShardError``, naming it), or shards with no row at all.
     """
+    check_shuffle_buffer(data.shuffle_buffer, data.max_length, data.num_workers)
     shards = shard_files(_spec(data, data.train_split))
     if check_shards(shards, data.text_column) == 0:
         raise ValueError(
@@ -70,6 +73,53 @@ def setup_stream(data: CausalLMData) -> None:
         val = val.select(range(min(data.max_val_samples, len(val))))
     check_columns(val, {"text": data.text_column}, f"dataset {data.dataset!r}")
     data.val_set = data._pack(data._tokenize(val), "validation")  # pyright: ignore[reportPrivateUsage]
+
+
+ROW_OVERHEAD = 512  # bytes a buffered row takes besides its tokens (its tensor's objects)
+
+
+def available_memory() -> int | None:
+    """The bytes of memory this machine has available (``MemAvailable``; ``None`` where
+    ``/proc/meminfo`` does not say)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_shuffle_buffer(rows: int, max_length: int, num_workers: int) -> None:
+    """Refuse a shuffle buffer that would take more than half the machine's available memory.
+
+    Each reader (every DataLoader worker, or the rank itself) fills its own buffer of
+    ``rows`` packed rows before its first batch: ``len(PACKED_KEYS)`` int64 arrays of
+    ``max_length`` each, plus :data:`ROW_OVERHEAD`.
+
+    Raises:
+        ValueError: Naming the buffer's estimated size, the memory available and the
+            largest buffer that fits.
+    """
+    available = available_memory()
+    if available is None:
+        return
+    readers = max(1, num_workers)
+    per_row = len(PACKED_KEYS) * max_length * 8 + ROW_OVERHEAD
+    if rows * per_row * readers <= available // 2:
+        return
+    fits = available // 2 // (per_row * readers)
+    raise ValueError(
+        f"shuffle_buffer={rows} would hold {rows} rows of {max_length} tokens in each of "
+        f"{readers} reader(s) (max(1, num_workers)): about {_size(rows * per_row * readers)}, "
+        f"more than half the {_size(available)} of memory available; use at most {fits} "
+        "(a few hundred to a few thousand rows shuffle a stream well)"
+    )
+
+
+def _size(num_bytes: int) -> str:
+    return f"{num_bytes / 2**30:.1f} GiB" if num_bytes >= 2**30 else f"{num_bytes / 2**20:.0f} MiB"
 
 
 class _Encode:

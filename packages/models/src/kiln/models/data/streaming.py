@@ -19,6 +19,7 @@ batch, so a checkpoint holds each reader's position as of the last batch trained
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ from kiln.models.data.packing import (
     placements,
 )
 from kiln.models.data.shards import read_texts
+
+log = logging.getLogger(__name__)
 
 Encode = Callable[[list[str]], list[list[int]]]
 """Texts to token ids, whole (no truncation): packing splits documents, never the tokenizer."""
@@ -137,6 +140,11 @@ class ShardStream(IterableDataset[dict[str, torch.Tensor]]):
         if self._loaded is not None:
             state, self._loaded = self._loaded, None
             self._restore(state)
+        if len(self.buffer) < self.shuffle_buffer:  # before the first row: a stop can come here
+            log.info(
+                "reader %d of %d: filling a shuffle buffer of %d rows",
+                self.slot, self.slots, self.shuffle_buffer,
+            )  # fmt: skip
         while True:
             while len(self.buffer) < self.shuffle_buffer:
                 self._pack(self._next_document())

@@ -85,7 +85,7 @@ def test_training_goes_on_while_a_checkpoint_is_written_and_fit_returns_it_in_pl
     for name in recorded.checkpoints:
         assert damage(ckpt / name) is None  # whole, and the bytes its checksum says
     saved = torch.load(ckpt / "step-00000002.ckpt" / "meta.pt", weights_only=True)
-    assert saved["global_step"] == 2  # the state of step 2, not of a later step
+    assert saved["loop"]["global_step"] == 2  # the state of step 2, not of a later step
 
 
 def test_a_sync_that_fails_in_the_background_fails_the_run_naming_it(tmp_path, monkeypatch):

@@ -43,7 +43,7 @@ import sys
 import torch._dynamo  # as a loaded model brings it: its exit handler imports tabulate
 import kiln.experiments.{name}.cli as cli
 
-def stopped(*args):
+def stopped(*args, **kwargs):
     raise KeyboardInterrupt  # Ctrl-C while the command works
 
 cli.{work} = stopped

@@ -207,7 +207,7 @@ def test_resuming_another_jobs_checkpoint_gives_the_new_dir_its_own_run(finished
         "global_step": 4,
     }
     meta = torch.load(job_dir / "checkpoints" / "step-00000006.ckpt" / "meta.pt", weights_only=True)
-    assert meta["run_id"] == ours["run_id"] and meta["global_step"] == 6
+    assert meta["loop"]["run_id"] == ours["run_id"] and meta["loop"]["global_step"] == 6
     assert (job_dir / "wandb_run_id").read_text() != (finished / "wandb_run_id").read_text()
 
 

@@ -88,8 +88,8 @@ def test_declaring_contract_1_warns_at_registration_with_the_migration():
     ("contract", "fix"),
     [
         (3, "the installed kiln-models implements contract 2 (supports 1, 2): upgrade kiln-models"),
-        (0, "which this kiln (contract 2) no longer runs. Migrate it to contract 2"),
-        ("2", "contract='2' must be an int"),
+        (0, "contract=0 is not a contract version: it must be an int >= 1"),
+        ("2", "contract='2' is not a contract version: it must be an int >= 1"),
     ],
 )
 def test_an_unsupported_contract_is_refused_at_registration_saying_what_to_do(contract, fix):

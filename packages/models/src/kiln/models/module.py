@@ -9,6 +9,7 @@ and the transformers/timm export live here. ``create_model`` checks the contract
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +152,9 @@ class KilnModule(L.LightningModule):
         """What ``kiln.core.fit`` saves in every checkpoint besides the weights and the loop's
         own state: the data module's pieces (its ``checkpoint_state()``: the data's
         fingerprint, which a resume compares)."""
-        own = getattr(self.data_module, "checkpoint_state", None)
+        own: Callable[[], dict[str, Any]] | None = getattr(
+            self.data_module, "checkpoint_state", None
+        )
         return own() if callable(own) else {}
 
     # -- export ---------------------------------------------------------------------------

@@ -188,7 +188,7 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def write_job_json(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
+def write_job_json(path: str | os.PathLike, payload: dict[str, Any] | list[Any]) -> Path:
     """Write ``payload`` as strict JSON to ``path`` atomically and durably
     (:func:`kiln.core.atomic.atomic_write`: a reader never sees half a file).
 

@@ -104,7 +104,8 @@ def changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     before, after = saved.get("files") or {}, now.get("files") or {}
     for path in sorted(before.keys() | after.keys()):
         old, new = before.get(path), after.get(path)
-        what = f"{ROLES.get((new or old or {}).get('split'), 'data')} file {path}"
+        split = str((new or old or {}).get("split"))
+        what = f"{ROLES.get(split, 'data')} file {path}"
         if old is None:
             out.append(f"{what} added{_rows(None, new)}")
         elif new is None:

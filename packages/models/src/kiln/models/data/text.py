@@ -440,12 +440,14 @@ class CausalLMData(TextData):
     def _documents_within(self, val: datasets.Dataset, chunk: int = 32) -> int:
         """How many of ``val``'s first documents it takes to reach ``max_val_tokens``."""
         kwargs = {**self._tokenizer_kwargs(pad=False), "return_attention_mask": False}
-        tokens = 0
+        budget, tokens = self.max_val_tokens, 0
+        if budget is None:
+            return len(val)
         for start in range(0, len(val), chunk):
             texts = val[start : start + chunk][self.text_column]
             for i, ids in enumerate(self.tokenizer(texts, **kwargs)["input_ids"]):
                 tokens += len(ids)
-                if tokens >= self.max_val_tokens:
+                if tokens >= budget:
                     return start + i + 1
         return len(val)
 

@@ -147,3 +147,30 @@ def test_a_stop_as_the_job_ends_keeps_its_finished_record(tmp_path) -> None:
     code, record, text = stop_when(FAST, ready, signal.SIGTERM, tmp_path)
     assert code in (0, 143), text[-4000:]  # 0: it had ended by the time the signal came
     assert (record["status"], record["global_step"]) == ("ok", 4), text[-4000:]
+
+
+@pytest.mark.process
+def test_a_stop_in_the_second_job_of_a_sweep_ends_the_process(tmp_path) -> None:
+    """``kiln-train -m`` (jobs one after another in the process): SIGTERM while the second
+    job trains stops it at a step boundary, and the process ends (the first job's W&B run,
+    service and threads keep nothing alive)."""
+    sweep = tmp_path / "sweep"
+    env = {**user_env(), "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
+    args = ["-m", *FAST, "trainer.max_steps=2,400", "trainer.checkpoint_every_n_steps=2",
+            f"hydra.sweep.dir={sweep}"]  # fmt: skip
+    out = tmp_path / "out.log"
+    with out.open("w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "kiln.experiments.train", *args],
+                                env=env, cwd=tmp_path, stdout=f, stderr=f)  # fmt: skip
+    try:
+        wait_until(proc, out, lambda _: any((sweep / "1" / "checkpoints").glob("step-*")))
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=STOPS_WITHIN_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, out.read_text()[-4000:]
+    first, second = (json.loads((sweep / n / "summary.json").read_text()) for n in "01")
+    assert (first["status"], second["status"]) == ("ok", "stopped")
+    assert second["stop_signal"] == "SIGTERM"

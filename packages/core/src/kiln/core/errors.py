@@ -29,16 +29,6 @@ class EmptyEpochError(ValueError):
     the end of a shorter epoch (the data or batch size changed since the checkpoint)."""
 
 
-def check_window_total(total: int, step: int) -> None:
-    """Raise :class:`EmptyWindowError` if the window of ``step`` counts no items."""
-    if total == 0:
-        raise EmptyWindowError(
-            f"the window of micro-batches for step {step} counts 0 items over all ranks "
-            "(count_items(batch) summed to 0: e.g. every label is -100), so it has no mean "
-            "loss; each window needs at least 1 item: filter out batches with no label tokens"
-        )
-
-
 def check_finite_weights(fabric: Any, model: torch.nn.Module, step: int) -> None:
     """Raise :class:`NonFiniteWeightsError` if any parameter of ``model`` is NaN or infinite.
 

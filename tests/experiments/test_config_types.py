@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from train_helpers import FAST, compose_train, explain, run_train, summary
+from train_helpers import FAST, compose_train, explain, refused_in_config, run_train
 
 from kiln.experiments.settings.compose import config_dir
 from kiln.experiments.train.train_config import validate
@@ -26,16 +26,10 @@ def _validated(overrides: list[str]):
 
 
 def _refused(args: list[str], tmp_path: Path, *errors: str) -> dict:
-    """``kiln-train args`` ends in the config stage, naming ``errors``, with no W&B run."""
-    job_dir = tmp_path / "job"
-    proc = run_train([*FAST, *args, f"hydra.run.dir={job_dir}"], tmp_path)
-    assert proc.returncode == 1, explain(proc)
-    record = summary(job_dir)
-    assert (record["status"], record["error_stage"]) == ("failed", "config"), record["error"]
-    for error in errors:
-        assert error in record["error"], record["error"]
+    """``kiln-train args`` ends in the config stage, naming ``errors`` in one line, with no
+    W&B run."""
+    record, _ = refused_in_config(args, tmp_path, *errors)
     assert "Traceback" not in record["error"] and "\n" not in record["error"]
-    assert record["wandb"] is None and not (job_dir / "wandb").exists()
     return record
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import FAST, explain, run_train, summary
+from train_helpers import FAST, explain, refused_in_config, run_train, summary
 
 from kiln.core.telemetry.machine import usable_cores
 
@@ -23,14 +23,7 @@ def checkpoint(tmp_path_factory) -> Path:
 
 
 def _refused(args: list[str], tmp_path: Path, *errors: str) -> dict:
-    job_dir = tmp_path / "job"
-    proc = run_train([*FAST, *args, f"hydra.run.dir={job_dir}"], tmp_path)
-    assert proc.returncode == 1, explain(proc)
-    record = summary(job_dir)
-    assert (record["status"], record["error_stage"]) == ("failed", "config"), record["error"]
-    for error in errors:
-        assert error in record["error"], record["error"]
-    assert record["wandb"] is None and not (job_dir / "wandb").exists()
+    record, job_dir = refused_in_config(args, tmp_path, *errors)
     assert not list(job_dir.glob("checkpoints/*.ckpt"))
     return record
 

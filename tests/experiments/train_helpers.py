@@ -64,6 +64,20 @@ def explain(proc: subprocess.CompletedProcess) -> str:
     return f"exit {proc.returncode}\n--- stdout\n{out}\n--- stderr\n{err}"
 
 
+def refused_in_config(args: list[str], tmp_path: Path, *errors: str) -> tuple[dict, Path]:
+    """``kiln-train args`` (with :data:`FAST`) into ``<tmp_path>/job`` ends in the config stage
+    naming each of ``errors``, with no W&B run; returns its record and job directory."""
+    job_dir = tmp_path / "job"
+    proc = run_train([*FAST, *args, f"hydra.run.dir={job_dir}"], tmp_path)
+    assert proc.returncode == 1, explain(proc)
+    record = summary(job_dir)
+    assert (record["status"], record["error_stage"]) == ("failed", "config"), record["error"]
+    for error in errors:
+        assert error in record["error"], record["error"]
+    assert record["wandb"] is None and not (job_dir / "wandb").exists()
+    return record, job_dir
+
+
 def checkpointed_steps(job_dir: Path) -> list[int]:
     """The steps of the checkpoints ``<job dir>/checkpoints/run.json`` lists (none yet: [])."""
     run_file = job_dir / "checkpoints" / "run.json"

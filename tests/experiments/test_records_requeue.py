@@ -31,7 +31,7 @@ def refusing_scontrol(tmp_path: Path, monkeypatch) -> None:
 
 def test_a_refused_requeue_keeps_scontrols_reason(refusing_scontrol) -> None:
     with pytest.raises(RequeueRefused, match="scontrol requeue 123 was refused: scontrol: error"):
-        requeue_job("123")
+        requeue_job("123", 1)
 
 
 def test_a_refused_requeue_is_recorded_as_a_failure_with_the_reason(
@@ -44,7 +44,7 @@ def test_a_refused_requeue_is_recorded_as_a_failure_with_the_reason(
     record = {"status": "requeued", "global_step": 4, "attempts": attempts}
 
     def submitits_handler(signum, frame):  # what guard_requeue makes of submitit's
-        requeue_job("123")
+        requeue_job("123", 1)
 
     saved = {s: signal.getsignal(s) for s in (signal.SIGUSR2, signal.SIGTERM)}
     signal.signal(signal.SIGUSR2, submitits_handler)

@@ -27,6 +27,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from kiln.core.atomic import atomic_write
 from kiln.core.distributed.stop import (
+    follow_agent,
     ignore_repeated_signals,
     requested_signal,
     signal_handlers_restored,
@@ -178,6 +179,7 @@ def _worker(fn: Callable[..., Any], results_dir: str, parent: int, *args: Any) -
     """
     os.setpgrp()
     ignore_repeated_signals()
+    follow_agent(parent)
     result = fn(*args)
     signum = requested_signal()
     if signum:

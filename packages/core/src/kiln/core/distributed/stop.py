@@ -49,6 +49,7 @@ class _Request:
     others_ignored = False  # a SLURM job: any stop signal while stopping is dropped
     far: str | None = None  # while listening: a stretch with no step boundary near
     checked = False  # far is a stretch that checks (act_on_stop_request), not the handler
+    agent = 0  # a worker of kiln.core.launch: its launch agent's pid (follow_agent)
     previous: ClassVar[dict[int, Any]] = {}  # the handlers stop_on_signals replaced
 
 
@@ -83,6 +84,22 @@ def ignore_repeated_signals(any_signal: bool = False) -> None:
     """
     _REQUEST.repeats_ignored = True
     _REQUEST.others_ignored = _REQUEST.others_ignored or any_signal
+
+
+def follow_agent(pid: int) -> None:
+    """In a worker of ``kiln.core.launch``: ``pid`` is its launch agent, whose death stops this
+    process at the next step boundary (torch's parent-death SIGINT; :func:`stop_if_agent_died`)."""
+    _REQUEST.agent = pid
+
+
+def stop_if_agent_died() -> bool:
+    """Whether this process is stopping: a stop was requested, or this is a launched worker
+    whose agent has died, and the stop its parent-death SIGINT asks for is requested now.
+    That signal can come a moment after the agent's W&B service is gone (it ends with the
+    agent): a step that fails to log in between must not fail the run."""
+    if _REQUEST.agent and os.getppid() != _REQUEST.agent:
+        request_stop(signal.SIGINT)
+    return bool(_REQUEST.signum)
 
 
 def requested_signal() -> int:

@@ -18,7 +18,7 @@ from typing import Any, cast
 import torch
 
 from kiln.core.checkpoints.save import CheckpointWrites, save_checkpoint
-from kiln.core.distributed.stop import requested_signal
+from kiln.core.distributed.stop import stop_if_agent_died
 from kiln.core.errors import NonFiniteLossError, check_finite_weights
 from kiln.core.loop.step import (
     StepOutput,
@@ -112,10 +112,10 @@ class LogValidateCheckpoint:
         try:
             ctx.fabric.log_dict(logged, step=step)
         except Exception as error:
-            if not requested_signal():
+            if not stop_if_agent_died():
                 raise
-            # stopping for a signal (a killed launch agent took the W&B service with it): the
-            # checkpoint must still be written; it keeps this row, and the resumed run logs it
+            # stopping (a killed launch agent took the W&B service with it): the checkpoint
+            # must still be written; it keeps this row, and the resumed run logs it
             log.warning("logging step %d failed while stopping: %r", step, error)
 
     def checkpoint(self, path: Path | None = None) -> Path:

@@ -149,9 +149,10 @@ class RequeueRefused(RuntimeError):
     and ``--no-requeue``: "Requested operation is presently disabled")."""
 
 
-def requeue_job(job_id: str) -> None:
-    """``scontrol requeue <job_id>``, as submitit runs it, but a refusal keeps scontrol's
-    own words (submitit's ``check_call`` says only "returned non-zero exit status 1").
+def requeue_job(job_id: str, countdown: int) -> None:
+    """``scontrol requeue <job_id>`` and submitit's log line for it ("Requeued job ..."), as
+    submitit runs it, but a refusal keeps scontrol's own words (submitit's ``check_call``
+    says only "returned non-zero exit status 1").
 
     Raises:
         RequeueRefused: scontrol failed; the message holds its reason.
@@ -164,6 +165,9 @@ def requeue_job(job_id: str) -> None:
     if done.returncode != 0:
         reason = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
         raise RequeueRefused(f"scontrol requeue {job_id} was refused: {reason}")
+    from submitit.core import logger
+
+    logger.get_logger().info(f"Requeued job {job_id} ({countdown} remaining timeouts)")
 
 
 def guard_requeue() -> None:
@@ -181,7 +185,7 @@ def guard_requeue() -> None:
         return
     env = getattr(getattr(requeue, "__self__", None), "env", None)  # submitit's SignalHandler
     if env is not None and callable(getattr(env, "_requeue", None)):
-        env._requeue = lambda countdown: requeue_job(str(env.job_id))
+        env._requeue = lambda countdown: requeue_job(str(env.job_id), countdown)
 
     def guarded(signum: int, frame: Any) -> None:
         if _requeue_started[0] or requested_signal():

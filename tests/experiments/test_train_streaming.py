@@ -100,3 +100,26 @@ def test_a_missing_shard_fails_before_wandb_and_checkpoints(tmp_path: Path) -> N
     assert "\n" not in record["error"]
     assert not (job_dir / "wandb").exists()
     assert not list(job_dir.glob("checkpoints/step-*")), "no checkpoint before the data works"
+
+
+def test_a_null_text_inside_a_shard_fails_before_wandb(corpus: Path, tmp_path: Path) -> None:
+    """A null document in the middle of a training shard is named (shard and row) in the
+    setup stage, not when the stream reaches it mid-run."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    broken = shutil.copytree(corpus, tmp_path / "corpus")
+    shard = sorted(broken.glob("train-*.parquet"))[0]
+    table = pq.read_table(shard)
+    texts = table.column("text").to_pylist()
+    texts[len(texts) // 2] = None
+    column = table.schema.get_field_index("text")
+    pq.write_table(table.set_column(column, "text", [texts]), shard)
+    proc = run_train([*ARGS, f"paths.corpus_dir={broken}"], tmp_path)
+    assert proc.returncode == 1, explain(proc)
+    (job_dir,) = job_dirs(tmp_path)
+    record = summary(job_dir)
+    assert record["error_stage"] == "setup", record["error"]
+    assert f"shard {shard}, row {len(texts) // 2}: column 'text' is empty (null)" in record["error"]
+    assert not (job_dir / "wandb").exists()

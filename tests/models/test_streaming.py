@@ -223,6 +223,38 @@ def test_a_bad_json_line_is_named_with_its_line(tmp_path: Path) -> None:
         data_module(str(path), dataset="json").setup()
 
 
+def test_a_bad_json_line_inside_a_shard_is_named_before_training(tmp_path: Path) -> None:
+    path = tmp_path / "train.jsonl"
+    lines = [json.dumps({"text": f"document {i}"}) for i in range(6)]
+    lines[3] = '{"text": "cut'  # neither the first nor the last line
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ShardError, match=f"shard {path}, line 4: not JSON"):
+        data_module(str(path), dataset="json").setup()
+    lines[3] = json.dumps({"text": None})
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ShardError, match=f"shard {path}, line 4: no text in column 'text'"):
+        data_module(str(path), dataset="json").setup()
+
+
+def test_a_null_text_inside_a_parquet_or_arrow_shard_is_named_before_training(
+    tmp_path: Path,
+) -> None:
+    texts = [f"document {i}" for i in range(10)]
+    texts[7] = None  # in the second of two row groups
+    path = tmp_path / "train-0.parquet"
+    pq.write_table(pa.table({"text": pa.array(texts, pa.string())}), path, row_group_size=5)
+    assert pq.read_metadata(path).num_row_groups == 2
+    with pytest.raises(ShardError, match=f"shard {path}, row 7: column 'text' is empty"):
+        data_module(str(path)).setup()
+    arrow = tmp_path / "arrow" / "train-0.arrow"
+    arrow.parent.mkdir()
+    table = pa.table({"text": pa.array(texts, pa.string())})
+    with pa.OSFile(str(arrow), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    with pytest.raises(ShardError, match=f"shard {arrow}, row 7: column 'text' is empty"):
+        data_module(str(arrow), dataset="arrow").setup()
+
+
 def test_an_empty_stream_is_refused(tmp_path: Path) -> None:
     pq.write_table(pa.table({"text": pa.array([], pa.string())}), tmp_path / "train-0.parquet")
     with pytest.raises(ValueError, match="the training stream is empty"):

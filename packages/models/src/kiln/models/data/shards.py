@@ -3,8 +3,10 @@ by row.
 
 Every shard is checked before training (:func:`check_shards`): a missing file, a Parquet file
 whose footer is cut off, an Arrow file cut anywhere, a text column that is absent or not text,
-a JSON Lines file whose first or last line does not parse. A bad line further inside a JSON
-Lines shard is named, with its path and line, when the stream reaches it.
+a null text (Parquet: from the footer's null counts, then the one row group that has it;
+Arrow: the column's null count), and every line of a JSON Lines file (each is parsed: about
+5 s per GB on a 2-core VM, against 0.001 s for a Parquet shard's footer). A Parquet file
+written without statistics is checked for nulls when the stream reaches them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 PARQUET = (".parquet",)
@@ -75,13 +78,29 @@ def _check_parquet(path: Path, column: str) -> int:
             f"shard {path} is not a readable Parquet file (truncated or damaged: {error})"
         ) from None
     _check_schema(path, meta.schema.to_arrow_schema(), column)
+    index = meta.schema.to_arrow_schema().get_field_index(column)
+    first = 0  # the first row of each row group
+    for group in range(meta.num_row_groups):
+        stats = meta.row_group(group).column(index).statistics
+        if stats is not None and stats.has_null_count and stats.null_count:
+            texts = pq.ParquetFile(path).read_row_group(group, columns=[column]).column(0)
+            _raise_on_null(path, column, texts, first)
+        first += meta.row_group(group).num_rows
     return meta.num_rows
 
 
 def _check_arrow(path: Path, column: str) -> int:
     table = _arrow_table(path)  # memory-mapped: reading every batch finds a cut anywhere
     _check_schema(path, table.schema, column)
+    _raise_on_null(path, column, table.column(column), 0)
     return table.num_rows
+
+
+def _raise_on_null(path: Path, column: str, texts: pa.ChunkedArray, first: int) -> None:
+    """Name the first null in ``texts`` (rows ``first``... of the shard), if there is one."""
+    if texts.null_count:
+        row = first + pc.index(pc.is_null(texts), True).as_py()  # pyright: ignore[reportAttributeAccessIssue]
+        raise ShardError(f"shard {path}, row {row}: column {column!r} is empty (null)")
 
 
 def _arrow_table(path: Path) -> pa.Table:
@@ -120,7 +139,7 @@ def _json_lines(path: Path) -> list[tuple[int, bytes]]:
 
 def _check_json_lines(path: Path, column: str) -> int:
     lines = _json_lines(path)
-    for row, line in lines[:1] + lines[-1:]:  # where a cut or another format shows first
+    for row, line in lines:
         document_text(line, path, row, column)
     return len(lines)
 

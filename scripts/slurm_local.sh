@@ -8,7 +8,8 @@
 # apart from the checks; with a changed slurm.conf and the same nodes it reconfigures the
 # running daemons (jobs go on). Partitions over the same nodes, no time limit: `debug`
 # (default, cores shared, never preempted), `low` (cores shared, preempted by `high` with
-# PreemptMode=REQUEUE after a GraceTime) and `high`. No accounting (so no `sacct`).
+# PreemptMode=REQUEUE after a GraceTime), `lowcancel` (the same with PreemptMode=CANCEL) and
+# `high`. No accounting (so no `sacct`).
 #
 # --nodes 2 (the default; SLURM_LOCAL_NODES): nodes node0..node<N-1>, each one slurmd
 # (`slurmd -N node<i>`) in a network namespace kiln-node<i> of its own, with its own hostname
@@ -163,11 +164,13 @@ KillWait=30
 Waittime=0
 $nodes_lines
 # preemption by partition: a job of high (tier 2) that needs the nodes preempts the jobs of
-# low (tier 1): SIGTERM at once, requeued after GraceTime (SIGKILL). debug is never preempted.
+# low and lowcancel (tier 1): SIGTERM at once, then after GraceTime (SIGKILL) requeued (low) or
+# cancelled (lowcancel). debug is never preempted.
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 PartitionName=debug Nodes=$names Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE PriorityTier=1 PreemptMode=OFF
 PartitionName=low Nodes=$names MaxTime=INFINITE State=UP OverSubscribe=FORCE PriorityTier=1 PreemptMode=REQUEUE GraceTime=$GRACE_S
+PartitionName=lowcancel Nodes=$names MaxTime=INFINITE State=UP OverSubscribe=FORCE PriorityTier=1 PreemptMode=CANCEL GraceTime=$GRACE_S
 PartitionName=high Nodes=$names MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
 EOF
     )

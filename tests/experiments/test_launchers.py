@@ -53,3 +53,34 @@ def test_if_cuda_accepts_lightning_accelerator_names():
     assert if_cuda("gpu", "a", "b") == "a"
     assert if_cuda("cpu", 1, 0) == 0
     assert if_cuda("mps", 1, 0) == 0
+
+
+def test_slurm_preempt_requeue_defaults_to_auto_and_takes_a_boolean():
+    from kiln.experiments.launchers.slurm import check_preempt_requeue
+
+    default = compose_train(["launcher=slurm"], hydra_config=True).hydra.launcher
+    no = compose_train(["launcher=slurm", "hydra.launcher.preempt_requeue=false"], True).hydra
+    assert default.preempt_requeue == "auto"
+    assert check_preempt_requeue(no.launcher.preempt_requeue) == "false"
+
+
+def test_a_bad_preempt_requeue_is_refused_in_one_line_before_any_job_is_submitted(tmp_path):
+    import subprocess
+    import sys
+
+    from train_helpers import user_env
+
+    sweep_dir = tmp_path / "sweep"
+    proc = subprocess.run(
+        [sys.executable, "-m", "kiln.experiments.train", "-m", "launcher=slurm",
+         "trainer.accelerator=cpu", "hydra.launcher.preempt_requeue=maybe",
+         f"hydra.sweep.dir={sweep_dir}"],
+        capture_output=True, text=True, cwd=tmp_path, env=user_env(), timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.startswith(
+        "hydra.launcher.preempt_requeue='maybe' is not valid: auto (requeue a preempted job "
+        "unless its partition's PreemptMode is CANCEL), true (always) or false (never)\n"
+    ), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (sweep_dir / ".submitit").exists()  # nothing reached SLURM

@@ -259,18 +259,10 @@ def test_usr2_to_every_process_or_to_the_batch_shell_requeues_once_each_time(
     assert "sacct" not in output.replace("so no sacct", ""), output[-6000:]
 
 
-def test_a_job_preempted_by_a_higher_priority_partition_checkpoints_requeues_and_resumes(
-    two_nodes_one_task_each, tmp_path
-):
-    """SLURM's own preemption (scripts/slurm_local.sh: partition ``low``, PreemptMode=REQUEUE
-    with a GraceTime, under ``high``): a job of ``high`` that needs every core of both nodes
-    preempts the 2-node kiln job, whose tasks get SIGTERM. kiln tells it from a cancel
-    (``scontrol``: still RUNNING, with a PreemptTime), stops both ranks at one step with a
-    checkpoint and requeues the job once within the grace time (a job that ends in it is not
-    requeued by SLURM); the high job runs, and the kiln job resumes and ends bit-identical."""
-    started = time.perf_counter()
-    args = [*TWO_NODES[2:], *JOB, "trainer.devices=1"]
-    sweep, sweep_dir = start_sweep(tmp_path, args, partition="low")
+def _preempted_by_high(sweep: subprocess.Popen, sweep_dir: Path) -> tuple[str, str]:
+    """Once the sweep's 2-node job (one task per node) has logged step 2, a job of partition
+    ``high`` that needs every core of both nodes preempts it; the sweep is waited for.
+    Returns the two SLURM job ids (the kiln job's, the high job's)."""
     job_id = wait_for_step(sweep, sweep_dir, 2)
     # the tasks pause (a slow step) until SLURM's preemption sends SIGCONT, then SIGTERM: the
     # tiny steps take less time than SLURM needs to schedule the high job
@@ -294,6 +286,22 @@ def test_a_job_preempted_by_a_higher_priority_partition_checkpoints_requeues_and
         for pid in tasks:  # preempted, they run again already; if not, the test ends anyway
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
+    return job_id, high
+
+
+def test_a_job_preempted_by_a_higher_priority_partition_checkpoints_requeues_and_resumes(
+    two_nodes_one_task_each, tmp_path
+):
+    """SLURM's own preemption (scripts/slurm_local.sh: partition ``low``, PreemptMode=REQUEUE
+    with a GraceTime, under ``high``): a job of ``high`` that needs every core of both nodes
+    preempts the 2-node kiln job, whose tasks get SIGTERM. kiln tells it from a cancel
+    (``scontrol``: still RUNNING, with a PreemptTime), stops both ranks at one step with a
+    checkpoint and requeues the job once within the grace time (a job that ends in it is not
+    requeued by SLURM); the high job runs, and the kiln job resumes and ends bit-identical."""
+    started = time.perf_counter()
+    args = [*TWO_NODES[2:], *JOB, "trainer.devices=1"]
+    sweep, sweep_dir = start_sweep(tmp_path, args, partition="low")
+    job_id, high = _preempted_by_high(sweep, sweep_dir)
     print(f"2-node job preempted by a high-priority job: {time.perf_counter() - started:.0f}s")
     assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
     assert job_field(high, "JobState") == "COMPLETED"
@@ -304,6 +312,74 @@ def test_a_job_preempted_by_a_higher_priority_partition_checkpoints_requeues_and
     high_start = job_field(high, "StartTime")
     ended, restarted = stopped["ended_at"][:19], resumed["started_at"][:19]  # local, seconds
     assert ended <= high_start <= restarted, (ended, high_start, restarted)
+
+
+def test_a_cancel_partition_preemption_stops_the_job_and_a_rerun_resumes_it(
+    two_nodes_one_task_each, tmp_path
+):
+    """A partition whose PreemptMode is CANCEL (``lowcancel``): the site ends preempted jobs,
+    and ``hydra.launcher.preempt_requeue=auto`` (the default) follows it. Both ranks stop at
+    one step with a checkpoint, the job is not requeued, its record says ``stopped`` and why;
+    the same sweep run again resumes it and ends as the uninterrupted job does."""
+    args = [*TWO_NODES[2:], *JOB, "trainer.devices=1"]
+    sweep, sweep_dir = start_sweep(tmp_path, args, partition="lowcancel")
+    job_id, _ = _preempted_by_high(sweep, sweep_dir)
+    first = (tmp_path / "sweep.log").rename(tmp_path / "sweep-preempted.log").read_text()
+    assert job_field(job_id, "Restarts") == "0", first[-6000:]
+    record = summary(sweep_dir / "0")
+    assert record["status"] == "stopped", record
+    assert (record["stop_reason"], record["stop_signal"]) == ("signal", "SIGTERM")
+    preemption = {
+        "partition": "lowcancel",
+        "preempt_mode": "CANCEL",
+        "preempt_requeue": "auto",
+        "requeued": False,
+    }
+    assert record["preemption"] == preemption
+    (attempt,) = record["attempts"]
+    assert attempt["ended"] == "SIGTERM" and attempt["preemption"] == preemption, attempt
+    stopped_at = record["global_step"]
+    assert 2 <= stopped_at < STEPS
+    assert (sweep_dir / "0" / "checkpoints" / f"step-{stopped_at:08d}.ckpt").is_dir()
+    # the sweep ends non-zero, saying what happened in one message (no traceback)
+    assert sweep.returncode == 1, first[-6000:]
+    assert "Traceback" not in first, first[-6000:]
+    assert (
+        f"kiln stopped it by SIGTERM at step {stopped_at} with a checkpoint, preempted on "
+        "partition lowcancel (PreemptMode=CANCEL, hydra.launcher.preempt_requeue=auto: not "
+        "requeued); its summary.json says stopped, and running the sweep again resumes it"
+    ) in first, first[-6000:]
+    # the sweep run again (nothing preempts it now) resumes the job where it stopped
+    sweep, _ = start_sweep(tmp_path, args, partition="lowcancel")
+    end(sweep, timeout=900)
+    assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
+    record = summary(sweep_dir / "0")
+    assert record["status"] == "ok" and record["global_step"] == STEPS, record["error"]
+    assert [a["ended"] for a in record["attempts"]] == ["SIGTERM", "ok"]
+    assert record["attempts"][1]["from_step"] == stopped_at
+    _, plain = two_nodes_one_task_each
+    assert record["history"] == plain["history"]
+    assert_same_weights(final_weights(record), final_weights(plain))
+
+
+def test_preempt_requeue_true_requeues_a_job_that_a_cancel_partition_preempts(
+    two_nodes_one_task_each, tmp_path
+):
+    """``hydra.launcher.preempt_requeue=true`` on a CANCEL partition: kiln requeues the
+    preempted job itself, which resumes and ends bit-identical in one W&B run."""
+    args = [*TWO_NODES[2:], *JOB, "trainer.devices=1", "hydra.launcher.preempt_requeue=true"]
+    sweep, sweep_dir = start_sweep(tmp_path, args, partition="lowcancel")
+    job_id, _ = _preempted_by_high(sweep, sweep_dir)
+    assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
+    assert job_field(job_id, "Restarts") == "1"
+    _, plain = two_nodes_one_task_each
+    stopped, _ = check_requeued_job(sweep_dir / "0", plain, requeues=1, signal="SIGTERM")
+    assert stopped["preemption"] == {
+        "partition": "lowcancel",
+        "preempt_mode": "CANCEL",
+        "preempt_requeue": "true",
+        "requeued": True,
+    }
 
 
 def _fail_node(node: str) -> None:

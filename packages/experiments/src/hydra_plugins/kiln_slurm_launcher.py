@@ -9,8 +9,6 @@ Hydra imports this module at every start, so it imports nothing heavy, and nothi
 where hydra-submitit-launcher (kiln-experiments' ``submitit`` extra) is not installed.
 """
 
-from __future__ import annotations
-
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +22,29 @@ except ImportError:  # the submitit extra is not installed: no launcher=slurm
 log = logging.getLogger(__name__)
 
 if SlurmLauncher is not None:
+    from dataclasses import dataclass
+
+    from hydra.core.config_store import ConfigStore
+    from hydra.errors import CompactHydraException
+    from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
+
+    @dataclass
+    class KilnSlurmQueueConf(SlurmQueueConf):
+        """hydra-submitit-launcher's SLURM settings, and kiln's."""
+
+        _target_: str = "hydra_plugins.kiln_slurm_launcher.KilnSlurmLauncher"
+        preempt_requeue: str = "auto"
+        """When SLURM preempts a job, once it is checkpointed: ``auto`` requeues it unless
+        its partition's ``PreemptMode`` is ``CANCEL``, ``true`` always, ``false`` never (it
+        stops; a re-run of the sweep resumes it). Time limits requeue whatever it says."""
+
+    ConfigStore.instance().store(
+        group="hydra/launcher", name="kiln_slurm", node=KilnSlurmQueueConf, provider="kiln"
+    )
+
+    class SweepJobLost(CompactHydraException):
+        """A job of the sweep left no result (``SlurmJobLost``); Hydra prints the message
+        alone."""
 
     class KilnSlurmLauncher(SlurmLauncher):
         """``SlurmLauncher`` with kiln's job entry and its submitter's watch on SLURM."""
@@ -34,8 +55,10 @@ if SlurmLauncher is not None:
                 guard_requeue,
                 replay_deferred_signal,
                 requeue_if_preempted,
+                set_preempt_requeue,
             )
 
+            set_preempt_requeue(self.params.get("preempt_requeue", "auto"))
             forget_earlier_result()  # a requeued attempt's result is this attempt's alone
             guard_requeue()  # in the job: submitit's handlers are in place now
             replay_deferred_signal()
@@ -52,14 +75,24 @@ if SlurmLauncher is not None:
             import submitit
             from hydra.core.singleton import Singleton
             from hydra.core.utils import filter_overrides
+            from hydra.errors import ConfigCompositionException
             from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
             from omegaconf import OmegaConf
 
-            from kiln.experiments.launchers.slurm import preemption_signal, wait_for_results
+            from kiln.experiments.launchers.slurm import (
+                SlurmJobLost,
+                check_preempt_requeue,
+                preemption_signal,
+                wait_for_results,
+            )
             from kiln.experiments.launchers.slurm_batch import batch_setup, task_command
 
             assert self.config is not None
             params = dict(self.params)
+            try:  # each job reads it; refused here, before anything is submitted
+                check_preempt_requeue(params.pop("preempt_requeue", "auto"))
+            except ValueError as error:
+                raise ConfigCompositionException(str(error)) from None  # one line, no trace
             folder = params.pop("submitit_folder")
             executor = submitit.AutoExecutor(
                 folder=folder,
@@ -99,4 +132,8 @@ if SlurmLauncher is not None:
                 [f"job_id_for_{idx}" for idx in numbers],
                 [state] * len(names),
             )
-            return wait_for_results(jobs, names)
+            job_dirs = [sweep_dir / str(idx) for idx in numbers]  # hydra.sweep.subdir's default
+            try:
+                return wait_for_results(jobs, names, job_dirs)
+            except SlurmJobLost as lost:  # the message says it all: no traceback
+                raise SweepJobLost(str(lost)) from None

@@ -49,19 +49,26 @@ class StepTiming(Callback):
         self.ctx, self.run = ctx, run
         self.timer = StepTimer(ctx.fabric.device)
         self._counts_tokens = bool(getattr(ctx.module, "items_are_tokens", False))
-        self._samples = 0
+        # one process without count_items: the step's item count (a host integer) is the
+        # window's samples
+        self._items_are_samples = not ctx.has_count_hook and ctx.fabric.world_size == 1
+        self._samples: Any = 0
         self._tokens: Any = None
 
     def on_window_start(self, window: list[Any]) -> None:
         self.timer.count_padding(window_padding(self.ctx.module, window))  # host batches
-        self._samples = sum(default_count_items(b) for b in window)
+        if not self._items_are_samples:
+            world = self.ctx.fabric.world_size
+            self._samples = sum(default_count_items(b) for b in window) * world
         self.timer.start()
 
     def on_window_end(self, window: list[Any], num_items: list[Any], total: Any) -> None:
         self._tokens = total if self._counts_tokens else None
+        if self._items_are_samples:
+            self._samples = total
 
     def on_step_end(self, step: int) -> None:
-        self.timer.stop(self._samples * self.ctx.fabric.world_size, self._tokens)
+        self.timer.stop(self._samples, self._tokens)
 
     def on_log(self, step: int, metrics: dict[str, Any]) -> None:
         self.timer.sync()  # a log step is a sync point already

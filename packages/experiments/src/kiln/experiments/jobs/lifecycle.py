@@ -120,6 +120,10 @@ class Requeued(SystemExit):
         )
 
 
+_PEAKS: dict[tuple[str, str], tuple[Any, Any]] = {}
+"""This process's measured matmul and copy peaks, by (device, precision)."""
+
+
 def _calibration_device(accelerator: str) -> str:
     """The device a job at ``accelerator`` computes on (this process's local GPU, or CPU)."""
     import torch
@@ -259,9 +263,11 @@ class Lifecycle:
 
         device = _calibration_device(accelerator)
         machine = self.record["machine"]
-        # what "achieved / measured peak" divides by: the same cores on a large matmul
-        machine["matmul_peak"] = measured_peak(device, precision)
-        machine["copy_peak"] = measured_bandwidth(device)  # and its memory, on a large copy
+        # what "achieved / measured peak" divides by: the same cores on a large matmul, and
+        # its memory on a large copy; once per process (a sweep's jobs share one denominator)
+        if (device, precision) not in _PEAKS:
+            _PEAKS[device, precision] = measured_peak(device, precision), measured_bandwidth(device)
+        machine["matmul_peak"], machine["copy_peak"] = _PEAKS[device, precision]
         machine["calibration_before"], machine["load_start"] = calibrate_under_load(
             device, precision
         )

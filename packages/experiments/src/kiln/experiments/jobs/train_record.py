@@ -90,6 +90,10 @@ class TrainRecord:
     profile: dict[str, Any] | None = field(default=None, metadata={**FROM_FIT, **NEWER})
     """With ``profile=steps``: the trace's path, the profiled ``steps`` and the ``breakdown``
     of a step's time (``kiln.core.telemetry.profile.StepBreakdown``)."""
+    preemption: dict[str, Any] | None = field(default=None, metadata=NEWER)
+    """When SLURM preempted this attempt: its ``partition``, the partition's ``preempt_mode``,
+    ``hydra.launcher.preempt_requeue`` and whether kiln ``requeued`` the job
+    (``kiln.experiments.launchers.slurm.preemption``)."""
     compile_trace: dict[str, Any] | None = None
     """With ``compile.trace=true``: where torch's trace and the tlparse report are kept."""
     # where and how it ran

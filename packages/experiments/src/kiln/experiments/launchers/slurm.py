@@ -12,7 +12,7 @@ loaded the job's pickle, seconds after the process started, so SLURM runs
 USR2 the batch shell kept for this attempt, and the job replays them once submitit's
 handler is in place (:func:`replay_deferred_signal`). Later, kiln's loop stops at a step
 boundary with a checkpoint (``kiln.core.distributed.stop``); a SIGTERM is a preemption when SLURM
-says so (:func:`preempted`), and then requeues the job as USR2 does. A repeat of the signal
+says so (:func:`preemption`), and then requeues the job as USR2 does. A repeat of the signal
 (``--full`` reaches a task directly and through the shell) never requeues a second time
 (:func:`guard_requeue`).
 
@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 LOST_GRACE_S = 30.0
@@ -101,7 +102,7 @@ def replay_deferred_signal() -> None:
     exits, on rank 0); another SIGTERM ends the process as SIGTERM does."""
     deferred = list(_deferred)
     _deferred.clear()
-    if preemption_signal() in deferred or (signal.SIGTERM in deferred and preempted()):
+    if preemption_signal() in deferred or (signal.SIGTERM in deferred and requeue_on_preemption()):
         signal.raise_signal(preemption_signal())  # the Python handler runs before this returns
         # a rank other than 0 returns here: rank 0 requeues the job, and this task has no part
         raise SystemExit(0)
@@ -110,26 +111,79 @@ def replay_deferred_signal() -> None:
         signal.raise_signal(signal.SIGTERM)
 
 
-def preempted() -> bool:
-    """Whether SLURM is preempting this job (``scontrol show job``: still ``RUNNING`` with a
-    ``PreemptTime``), so that a SIGTERM is to be answered with a checkpoint and a requeue
-    rather than a stop (``scancel``, a time limit, SLURM's own requeue: ``COMPLETING``).
+PREEMPT_REQUEUE = ("auto", "true", "false")
+"""The values of ``hydra.launcher.preempt_requeue`` (see :func:`preemption`)."""
+_preempt_requeue = ["auto"]  # this job's hydra.launcher.preempt_requeue
 
-    Asked on rank 0 of a submitit SLURM job only (the rank that requeues): ``False``
-    elsewhere, and when ``scontrol`` gives no answer.
+
+def check_preempt_requeue(value: Any) -> str:
+    """``hydra.launcher.preempt_requeue`` as one of :data:`PREEMPT_REQUEUE` (a YAML boolean
+    reads as ``true`` or ``false``), or a one-line error naming the key and what is valid."""
+    text = str(value).lower()
+    if text not in PREEMPT_REQUEUE:
+        raise ValueError(
+            f"hydra.launcher.preempt_requeue={value!r} is not valid: auto (requeue a preempted "
+            "job unless its partition's PreemptMode is CANCEL), true (always) or false (never)"
+        )
+    return text
+
+
+def set_preempt_requeue(value: Any) -> None:
+    """In the job: follow ``hydra.launcher.preempt_requeue=value`` when SLURM preempts it."""
+    _preempt_requeue[0] = check_preempt_requeue(value)
+
+
+def _scontrol_fields(*what: str) -> dict[str, str]:
+    """``scontrol show <what> --oneliner`` as ``{field: value}``; ``{}`` without an answer."""
+    try:
+        out = subprocess.run(
+            ["scontrol", "show", *what, "--oneliner"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return dict(f.split("=", 1) for f in out.split() if "=" in f)
+
+
+def preemption() -> dict[str, Any]:
+    """What SLURM's preemption of this job is and what kiln does about it, or ``{}`` when
+    SLURM is not preempting it (``scontrol show job``: still ``RUNNING`` with a
+    ``PreemptTime``; a SIGTERM of ``scancel``, a time limit or SLURM's own requeue is not).
+
+    ``{"partition", "preempt_mode", "preempt_requeue", "requeued"}``: ``requeued`` says
+    whether kiln requeues the job once it is checkpointed. ``hydra.launcher.preempt_requeue``
+    decides: ``true`` always, ``false`` never (the job stops; a re-run of the sweep resumes
+    it), ``auto`` (the default) as the partition's ``PreemptMode`` says: not where it is
+    ``CANCEL`` (the site ends preempted jobs), else yes (``REQUEUE``; SLURM itself does not
+    requeue a job that ended within its grace time, so kiln does).
+
+    Asked on rank 0 of a submitit SLURM job only (the rank that requeues): ``{}`` elsewhere,
+    and when ``scontrol`` gives no answer.
     """
     job_id = os.environ.get("SLURM_JOB_ID")
     if os.environ.get("SUBMITIT_EXECUTOR") != "slurm" or not job_id:
-        return False
+        return {}
     if os.environ.get("SLURM_PROCID", "0") != "0":
-        return False
-    cmd = ["scontrol", "show", "job", "--oneliner", job_id]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    fields = dict(f.split("=", 1) for f in out.split() if "=" in f)
-    return fields.get("JobState") == "RUNNING" and fields.get("PreemptTime", "None") != "None"
+        return {}
+    job = _scontrol_fields("job", job_id)
+    if job.get("JobState") != "RUNNING" or job.get("PreemptTime", "None") == "None":
+        return {}
+    partition = job.get("Partition", "")
+    mode = _scontrol_fields("partition", partition).get("PreemptMode", "unknown")
+    setting = _preempt_requeue[0]
+    cancels = "CANCEL" in mode.upper().split(",")
+    return {
+        "partition": partition,
+        "preempt_mode": mode,
+        "preempt_requeue": setting,
+        "requeued": setting == "true" or (setting == "auto" and not cancels),
+    }
+
+
+def requeue_on_preemption() -> bool:
+    """Whether SLURM is preempting this job and kiln is to requeue it once checkpointed
+    (:func:`preemption`), so that a SIGTERM is answered with a checkpoint and a requeue
+    rather than a stop."""
+    return bool(preemption().get("requeued"))
 
 
 def requeue_if_preempted(stopped: SystemExit) -> None:
@@ -139,7 +193,7 @@ def requeue_if_preempted(stopped: SystemExit) -> None:
     (rank 0 requeues and exits; elsewhere this returns)."""
     from kiln.core.distributed.stop import hand_over
 
-    if getattr(stopped, "signal_name", None) == "SIGTERM" and preempted():
+    if getattr(stopped, "signal_name", None) == "SIGTERM" and requeue_on_preemption():
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue's own SIGTERM
         hand_over(preemption_signal())
 
@@ -242,9 +296,25 @@ def _log_tail(job: Any) -> str:
     return lines[-1].strip() if lines else "an empty log"
 
 
-def _without_result(job: Any) -> str:
+def _without_result(job: Any, record: dict[str, Any] | None) -> str:
     """What of a lost job left no result: all of it, or some tasks (a node lost under a
-    multi-node job, whose rank 0 recorded how the job ended)."""
+    multi-node job, whose rank 0 recorded how the job ended); or a job kiln stopped with a
+    checkpoint (``record``: its ``summary.json`` of this sweep), whose tasks end by the
+    signal rather than with a result."""
+    if record is not None and record.get("status") == "stopped":
+        preemption = record.get("preemption") or {}
+        why = (
+            f", preempted on partition {preemption.get('partition')} "
+            f"(PreemptMode={preemption.get('preempt_mode')}, hydra.launcher.preempt_requeue="
+            f"{preemption.get('preempt_requeue')}: not requeued)"
+            if preemption
+            else ""
+        )
+        return (
+            f": kiln stopped it by {record.get('stop_signal')} at step "
+            f"{record.get('global_step')} with a checkpoint{why}; its summary.json says "
+            "stopped, and running the sweep again resumes it"
+        )
     tasks = getattr(job, "num_tasks", 1)
     missing = [i for i in range(tasks) if not job.task(i).paths.result_pickle.exists()]
     if tasks == 1 or 0 in missing:
@@ -286,12 +356,32 @@ def _follow_without_sacct(jobs: Sequence[Any]) -> None:
             one.watcher = watcher
 
 
-def wait_for_results(jobs: Sequence[Any], names: Sequence[str]) -> list[Any]:
+def _record_since(job_dir: Path | None, since: float) -> dict[str, Any] | None:
+    """The ``summary.json`` a job wrote in ``job_dir`` after ``since`` (epoch seconds)."""
+    import json
+
+    if job_dir is None:
+        return None
+    path = job_dir / "summary.json"
+    try:
+        if path.stat().st_mtime < since:
+            return None  # an earlier sweep's
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def wait_for_results(
+    jobs: Sequence[Any], names: Sequence[str], job_dirs: Sequence[Path | None] | None = None
+) -> list[Any]:
     """Each submitit job's first task's result, waiting until every job ended.
 
     Args:
         jobs: The submitted submitit jobs.
         names: What to call each job in an error (``"#0 precision=32-true"``).
+        job_dirs: Each job's output directory, where its ``summary.json`` says what kiln
+            recorded of a job that left no result.
 
     Raises:
         SlurmJobLost: Jobs that SLURM reports ended, or does not know, left no result
@@ -305,6 +395,8 @@ def wait_for_results(jobs: Sequence[Any], names: Sequence[str]) -> list[Any]:
             flush=True,
         )
         _follow_without_sacct(jobs)
+    started = time.time() - 1  # summary.json files older than this are an earlier sweep's
+    dirs = list(job_dirs) if job_dirs is not None else [None] * len(jobs)
     ended_at: dict[str, float] = {}
     lost: dict[str, str] = {}
     while True:
@@ -325,8 +417,9 @@ def wait_for_results(jobs: Sequence[Any], names: Sequence[str]) -> list[Any]:
         lines = [
             f"SLURM job {job.job_id} (sweep job {name}) ended "
             f"{'(no longer known to SLURM)' if lost[job.job_id] == 'gone' else lost[job.job_id]}"
-            f"{_without_result(job)}; {job.paths.stderr} ends: {_log_tail(job)}"
-            for job, name in zip(jobs, names, strict=True)
+            f"{_without_result(job, _record_since(job_dir, started))}; {job.paths.stderr} "
+            f"ends: {_log_tail(job)}"
+            for job, name, job_dir in zip(jobs, names, dirs, strict=True)
             if job.job_id in lost
         ]
         raise SlurmJobLost("\n".join(lines))

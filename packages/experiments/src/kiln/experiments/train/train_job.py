@@ -68,16 +68,24 @@ def end_after_signal(signal_name: str, record: dict[str, Any]) -> None:
     """Act on the signal that stopped ``fit`` at a step boundary, now that its checkpoint is
     written: SIGTERM exits 143 (``Terminated``), SIGINT raises ``KeyboardInterrupt``,
     SIGUSR2 under submitit, or a SIGTERM of SLURM's preemption, raises ``Requeued``
-    (``run_job`` requeues once ``record`` and the W&B run are finished)."""
+    (``run_job`` requeues once ``record`` and the W&B run are finished). A preemption that
+    ``hydra.launcher.preempt_requeue`` does not requeue (a ``PreemptMode=CANCEL`` partition)
+    stops the job as SIGTERM does; ``record["preemption"]`` says which it was and why."""
     import signal
 
-    from kiln.experiments.launchers.slurm import preempted
+    from kiln.experiments.launchers.slurm import preemption
 
     signum = signal.Signals[signal_name]
     if not callable(signal.getsignal(signum)):
         raise Terminated(signum)  # the default action would end the process unrecorded
-    if signum == signal.SIGUSR2 or (signum == signal.SIGTERM and preempted()):
-        raise Requeued(record, signal_name)  # SLURM's preemption SIGTERM requeues as its USR2 does
+    if signum in (signal.SIGUSR2, signal.SIGTERM):
+        preempting = preemption()
+        if preempting:
+            record["preemption"] = preempting
+            if not preempting["requeued"]:
+                raise Terminated(signum)  # stopped: a re-run of the sweep resumes it
+        if signum == signal.SIGUSR2 or preempting:
+            raise Requeued(record, signal_name)  # a preemption SIGTERM requeues as USR2 does
     signal.raise_signal(signum)  # the Python handler runs (and raises) before this returns
 
 
@@ -290,6 +298,8 @@ def _record_attempt(
             step = TrainRecord.from_json(life.kept).global_step
     elif end == "failed":  # kept once a later attempt ends ok (a lost node's name)
         details = {"error": life.record.get("error")}
+    if life.record.get("preemption"):  # this attempt's: a later one's record drops it
+        details["preemption"] = life.record["preemption"]
     rerun.end_attempt(job.output_dir, attempts, end, step, **details)
     life.record["attempts"] = attempts
 

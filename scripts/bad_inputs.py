@@ -1,0 +1,156 @@
+"""Feed ``kiln-train`` inputs a user gets wrong, one process each, and say how each ended.
+
+Every case must end in one of two ways: **refused** (exit 1, ``summary.json`` says
+``failed`` with a one-line error naming the key or file, and no W&B run when the refusal
+comes in the config or setup stage) or **warned** (the run goes on and a warning names the
+key). Anything else is a defect: **silent** (the run went on and nothing named the input) or
+**traceback** (a Python traceback on the terminal). Prints one row per case and a count;
+exits 1 when any case is a defect.
+
+    uv run --all-packages python scripts/bad_inputs.py [--only SUBSTRING] [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+FAST = ["debug=fast", "compile.backend=aot_eager", "trainer.max_steps=2"]
+LM = ["model=llama-tiny-lm", "data=lm_text", "data.num_train=64", "data.num_val=16"]
+STREAM = ["model=llama-tiny-lm", "data=lm_corpus", "data.packing=true", "data.streaming=true"]
+
+
+@dataclass
+class Case:
+    name: str
+    args: list[str]
+    names: str  # what the refusal or warning must say
+    expect: str = "refused"  # or "warned"
+    sweep: bool = False  # a -m sweep (the refusal comes from Hydra's launcher)
+
+
+CASES = [
+    # typed configs in every group (issue 40, section 2)
+    Case("packing=no", [*LM, "data.packing=no"], "data.packing='no'"),
+    Case("packing='false'", [*LM, "data.packing='false'"], "data.packing='false'"),
+    Case("packing=yes", [*LM, "data.packing=yes"], "data.packing='yes'"),
+    Case("shuffle_buffer=abc", [*LM, "data.shuffle_buffer=abc"], "data.shuffle_buffer='abc'"),
+    Case("batch_size=0", ["data.batch_size=0"], "data.batch_size"),
+    Case("batch_size=abc", ["data.batch_size=abc"], "data.batch_size"),
+    Case("buckets=[a]", ["data.buckets=[a]"], "data.buckets"),
+    Case("ema.decay=abc", ["callbacks=ema", "callbacks.ema.decay=abc"], "callbacks.ema.decay"),
+    Case(
+        "ema.validate_with_ema=no",
+        ["callbacks=ema", "callbacks.ema.validate_with_ema=no"],
+        "callbacks.ema.validate_with_ema",
+    ),
+    Case("model.tiny=yes", ["model=bert-tiny-cls", "model.tiny=yes"], "model.tiny='yes'"),
+    Case("img_size=abc", ["model=resnet-tiny", "data=digits", "model.img_size=abc"], "img_size"),
+    Case("max_steps=-1", ["trainer.max_steps=-1"], "trainer.max_steps"),
+    Case("max_steps=abc", ["trainer.max_steps=abc"], "trainer.max_steps"),
+    Case("precision=fp8", ["trainer.precision=fp8"], "fp8"),
+    Case("accumulate=0", ["trainer.accumulate_grad_batches=0"], "accumulate_grad_batches"),
+    Case("devices=0", ["trainer.devices=0"], "trainer.devices"),
+    Case("clip=-1", ["trainer.gradient_clip_norm=-1"], "gradient_clip_norm"),
+    Case("log_every=0", ["trainer.log_every_n_steps=0"], "log_every_n_steps"),
+    Case("val_every=0", ["trainer.val_every_n_steps=0"], "val_every_n_steps"),
+    Case("warmup=-1", ["trainer.warmup_steps=-1"], "warmup_steps"),
+    Case("lr=abc", ["optimizer.lr=abc"], "optimizer.lr"),
+    Case("compile.mode=fast", ["compile.mode=fast"], "compile.mode"),
+    Case("model=nowhere", ["model=nowhere"], "model/nowhere"),
+    Case("optimizer=nowhere", ["optimizer=nowhere"], "optimizer/nowhere"),
+    Case("unknown key", ["trainer.max_stesp=3"], "max_stesp"),
+    # model and data that do not fit together (section 3)
+    Case("lm model, text data", ["model=llama-tiny-lm"], "data="),
+    Case("vit on text", ["model=vit-tiny"], "data="),
+    # resources and limits (section 4)
+    Case("shuffle_buffer=1e8", [*STREAM, "data.shuffle_buffer=100000000"], "data.shuffle_buffer"),
+    Case("threads_per_rank=64", ["trainer.threads_per_rank=64"], "threads_per_rank", "warned"),
+    Case("warmup>=max_steps", ["trainer.warmup_steps=100"], "warmup_steps", "warned"),
+    Case("streaming+max_epochs", [*STREAM, "trainer.max_epochs=1"], "max_epochs"),
+    Case(
+        "packing+flash_attention_2",
+        [*LM, "data.packing=true", "model.attn_implementation=flash_attention_2"],
+        "flash_attention_2",
+    ),
+    Case("profile too short", ["profile=steps"], "profile", "warned"),
+    # files and directories
+    Case("missing shards", [*STREAM, "paths.corpus_dir=/nowhere"], "does not exist"),
+    Case("resume from nowhere", ["trainer.resume=/nowhere/step-1.ckpt"], "/nowhere"),
+    Case("checkpoint_dir unwritable", ["trainer.checkpoint_dir=/proc/kiln"], "checkpoint_dir"),
+    Case("missing csv", ["data.dataset=csv", "data.data_files=/nowhere.csv"], "/nowhere.csv"),
+    # the launcher (section 5)
+    Case(
+        "preempt_requeue=maybe",
+        ["launcher=slurm", "trainer.accelerator=cpu", "hydra.launcher.preempt_requeue=maybe"],
+        "hydra.launcher.preempt_requeue='maybe'",
+        sweep=True,
+    ),
+]
+
+
+def run(case: Case, root: Path) -> tuple[str, str]:
+    """Run one case; return its outcome and the line that shows it."""
+    job = root / case.name.replace("/", "_").replace(" ", "_").replace("'", "")
+    where = f"hydra.sweep.dir={job}" if case.sweep else f"hydra.run.dir={job}"
+    cmd = [sys.executable, "-m", "kiln.experiments.train", *(["-m"] if case.sweep else [])]
+    cmd += [*FAST, *case.args, where]
+    env = {**os.environ, "WANDB_MODE": "offline", "KILN_LOG_DIR": str(job)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root, timeout=900)
+    output = proc.stdout + proc.stderr
+    if "Traceback (most recent call last)" in output:
+        return "traceback", output.split("Traceback")[-1].strip().splitlines()[-1][:150]
+    record = _record(job / ("0" if case.sweep else ""))
+    if proc.returncode == 0:
+        warned = [line for line in output.splitlines() if case.names in line]
+        if case.expect == "warned" and warned:
+            return "warned", warned[0].strip()[:150]
+        return "silent", f"exit 0; nothing names {case.names!r}"
+    error = (record or {}).get("error") or output.strip().splitlines()[-1]
+    if case.names not in output and case.names not in error:
+        return "unnamed", error[:150]
+    if record is not None:
+        lost = record.get("status") != "failed" or "\n" in (record.get("error") or "")
+        early = record.get("error_stage") in ("config", "setup")
+        if lost or (early and (job / "wandb").exists()):
+            return "bad record", f"{record.get('status')} {record.get('error_stage')}: {error}"[
+                :150
+            ]
+    return "refused", error.strip().splitlines()[0][:150]
+
+
+def _record(job: Path) -> dict | None:
+    try:
+        return json.loads((job / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", help="run the cases whose name holds this")
+    parser.add_argument("--jobs", type=int, default=2, help="cases run at once")
+    args = parser.parse_args()
+    cases = [c for c in CASES if args.only is None or args.only in c.name]
+    with tempfile.TemporaryDirectory(prefix="kiln-bad-inputs-") as tmp:
+        with ThreadPoolExecutor(args.jobs) as pool:
+            outcomes = list(pool.map(lambda c: run(c, Path(tmp)), cases))
+    defects = 0
+    for case, (outcome, line) in zip(cases, outcomes, strict=True):
+        good = outcome == case.expect
+        defects += not good
+        print(f"{'ok ' if good else 'BAD'} {case.name:<28} {outcome:<10} {line}")
+    print(f"{len(cases)} bad inputs: {len(cases) - defects} {'/'.join({c.expect for c in cases})} "
+          f"as expected, {defects} not")  # fmt: skip
+    sys.exit(1 if defects else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -382,6 +382,31 @@ def test_preempt_requeue_true_requeues_a_job_that_a_cancel_partition_preempts(
     }
 
 
+def test_a_requeue_slurm_refuses_is_recorded_as_a_failure_with_scontrols_reason(
+    two_nodes_one_task_each, tmp_path
+):
+    """``preempt_requeue=true`` for a job submitted ``--no-requeue`` on a CANCEL partition:
+    kiln checkpoints, ``scontrol requeue`` is refused, and the record says failed with
+    scontrol's own reason (not ``requeued``, not a bare exit status)."""
+    args = [*TWO_NODES[2:], *JOB, "trainer.devices=1", "hydra.launcher.preempt_requeue=true"]
+    args += ["+hydra.launcher.additional_parameters.no_requeue=true"]
+    sweep, sweep_dir = start_sweep(tmp_path, args, partition="lowcancel")
+    job_id, _ = _preempted_by_high(sweep, sweep_dir)
+    output = (tmp_path / "sweep.log").read_text()
+    assert sweep.returncode == 1, output[-6000:]
+    assert job_field(job_id, "Restarts") == "0"
+    record = summary(sweep_dir / "0")
+    assert record["status"] == "failed", record
+    assert record["error"].startswith("stopped by SIGTERM with a checkpoint, not requeued: ")
+    assert f"scontrol requeue {job_id} was refused: " in record["error"], record["error"]
+    (attempt,) = record["attempts"]
+    assert attempt["ended"] == "failed" and attempt["error"] == record["error"], attempt
+    assert attempt["preemption"]["requeued"] is True  # what kiln set out to do
+    stopped_at = record["global_step"]
+    assert (sweep_dir / "0" / "checkpoints" / f"step-{stopped_at:08d}.ckpt").is_dir()
+    assert f"kiln recorded it failed at step {stopped_at} ({record['error']})" in output
+
+
 def _fail_node(node: str) -> None:
     """What a node failure does to a job: node<i>'s slurmd stops and its tasks die."""
     pidfile = Path(f"/run/slurm/slurmd-{node}.pid")

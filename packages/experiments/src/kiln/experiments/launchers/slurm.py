@@ -315,6 +315,11 @@ def _without_result(job: Any, record: dict[str, Any] | None) -> str:
             f"{record.get('global_step')} with a checkpoint{why}; its summary.json says "
             "stopped, and running the sweep again resumes it"
         )
+    if record is not None and record.get("status") == "failed" and record.get("error"):
+        return (
+            f": kiln recorded it failed at step {record.get('global_step')} "
+            f"({record['error']}); running the sweep again resumes it from its last checkpoint"
+        )
     tasks = getattr(job, "num_tasks", 1)
     missing = [i for i in range(tasks) if not job.task(i).paths.result_pickle.exists()]
     if tasks == 1 or 0 in missing:

@@ -42,7 +42,7 @@ CASES = [
     Case("packing='false'", [*LM, "data.packing='false'"], "data.packing='false'"),
     Case("packing=yes", [*LM, "data.packing=yes"], "data.packing='yes'"),
     Case("shuffle_buffer=abc", [*LM, "data.shuffle_buffer=abc"], "data.shuffle_buffer='abc'"),
-    Case("batch_size=0", ["data.batch_size=0"], "data.batch_size"),
+    Case("batch_size=0", ["data.batch_size=0"], "batch_size=0 must be >= 1"),
     Case("batch_size=abc", ["data.batch_size=abc"], "data.batch_size"),
     Case("buckets=[a]", ["data.buckets=[a]"], "data.buckets"),
     Case("ema.decay=abc", ["callbacks=ema", "callbacks.ema.decay=abc"], "callbacks.ema.decay"),
@@ -98,7 +98,7 @@ CASES = [
 
 def run(case: Case, root: Path) -> tuple[str, str]:
     """Run one case; return its outcome and the line that shows it."""
-    job = root / case.name.replace("/", "_").replace(" ", "_").replace("'", "")
+    job = root / "".join(c if c.isalnum() else "_" for c in case.name)
     where = f"hydra.sweep.dir={job}" if case.sweep else f"hydra.run.dir={job}"
     cmd = [sys.executable, "-m", "kiln.experiments.train", *(["-m"] if case.sweep else [])]
     cmd += [*FAST, *case.args, where]
@@ -113,8 +113,8 @@ def run(case: Case, root: Path) -> tuple[str, str]:
         if case.expect == "warned" and warned:
             return "warned", warned[0].strip()[:150]
         return "silent", f"exit 0; nothing names {case.names!r}"
-    error = (record or {}).get("error") or output.strip().splitlines()[-1]
-    if case.names not in output and case.names not in error:
+    error = (record or {}).get("error") or _hydra_error(proc.stderr)
+    if case.names not in (error if record else proc.stderr):  # Hydra's: several lines
         return "unnamed", error[:150]
     if record is not None:
         lost = record.get("status") != "failed" or "\n" in (record.get("error") or "")
@@ -124,6 +124,13 @@ def run(case: Case, root: Path) -> tuple[str, str]:
                 :150
             ]
     return "refused", error.strip().splitlines()[0][:150]
+
+
+def _hydra_error(stderr: str) -> str:
+    """The message of an error Hydra printed (refused before kiln's job began), one line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith(("Set the environment", "See https"))]
+    return " ".join(lines[:2]) if lines else "(no message)"
 
 
 def _record(job: Path) -> dict | None:

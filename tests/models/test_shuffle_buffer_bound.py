@@ -25,7 +25,7 @@ def test_the_estimate_counts_rows_tokens_and_readers(monkeypatch) -> None:
     with pytest.raises(ValueError) as refused:
         check_shuffle_buffer(fits, 128, 2)  # two workers: two buffers
     assert str(refused.value) == (
-        f"shuffle_buffer={fits} would hold {fits} rows of 128 tokens in each of 2 reader(s) "
+        f"data.shuffle_buffer={fits} would hold {fits} rows of 128 tokens in each of 2 reader(s) "
         "(max(1, num_workers)): about 2.0 GiB, more than half the 2.0 GiB of memory available; "
         f"use at most {fits // 2} (a few hundred to a few thousand rows shuffle a stream well)"
     )
@@ -43,5 +43,7 @@ def test_kiln_train_refuses_it_at_setup_before_any_wandb_run(tmp_path) -> None:
     assert proc.returncode == 1, explain(proc)
     record = summary(job_dir)
     assert record["error_stage"] == "setup"
-    assert record["error"].startswith("ValueError: shuffle_buffer=100000000 would hold"), record
+    assert record["error"].startswith("ValueError: data.shuffle_buffer=100000000 would hold"), (
+        record
+    )
     assert record["wandb"] is None and not (job_dir / "wandb").exists()

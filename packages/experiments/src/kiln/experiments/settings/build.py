@@ -33,8 +33,25 @@ def build_module(cfg: JobConfig | Mapping[str, Any]) -> Any:
         model, data, plugins = cfg.model, getattr(cfg, "data", None), cfg.plugins
         optimizer, scheduler = cfg.optimizer, cfg.scheduler
     load_plugins(plugins)
-    data_module = instantiate(data, _convert_="all") if data else None
+    data_module = _data_module(data) if data else None
     return create_model(**model, data=data_module, optimizer=optimizer, scheduler=scheduler)
+
+
+def _data_module(data: Any) -> Any:
+    """``data`` instantiated; a value its data module refuses is named as the data module's
+    (``data (TextClassificationData): batch_size=0 must be >= 1``), not wrapped in Hydra's
+    "Error in call to target"."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    try:
+        return instantiate(data, _convert_="all")
+    except InstantiationException as error:
+        cause = error.__cause__
+        if not isinstance(cause, ValueError | TypeError):
+            raise
+        target = str(data.get("_target_", "?")).rsplit(".", 1)[-1]
+        raise type(cause)(f"data ({target}): {cause}") from None
 
 
 def seed_before_build(seed: int) -> None:

@@ -111,7 +111,7 @@ def check_shuffle_buffer(rows: int, max_length: int, num_workers: int) -> None:
         return
     fits = available // 2 // (per_row * readers)
     raise ValueError(
-        f"shuffle_buffer={rows} would hold {rows} rows of {max_length} tokens in each of "
+        f"data.shuffle_buffer={rows} would hold {rows} rows of {max_length} tokens in each of "
         f"{readers} reader(s) (max(1, num_workers)): about {_size(rows * per_row * readers)}, "
         f"more than half the {_size(available)} of memory available; use at most {fits} "
         "(a few hundred to a few thousand rows shuffle a stream well)"

@@ -20,7 +20,6 @@ def build_module(cfg: JobConfig | Mapping[str, Any]) -> Any:
     The config's ``plugins`` are imported first: a worker process that ``kiln.core.launch``,
     torchrun or SLURM started has imported nothing of the user's yet.
     """
-    from hydra.utils import instantiate
 
     from kiln.models import OptimizerConfig, SchedulerConfig, create_model
     from kiln.models.plugins import load_plugins

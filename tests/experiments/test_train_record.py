@@ -50,7 +50,7 @@ def test_kiln_train_writes_exactly_the_record_fields(tmp_path):
     written = summary(job_dirs(tmp_path)[0])
     record = TrainRecord.from_json(written)
     assert record.extra == {}, "summary.json holds keys TrainRecord does not declare"
-    unset = {"extra", "profile"}  # profile: written with profile=steps only
+    unset = {"extra", "profile", "preemption"}  # written with profile=steps, by SLURM only
     assert set(written) == {f.name for f in dataclasses.fields(TrainRecord)} - unset
     assert record.status == "ok" and record.global_step == 4
     assert record.stop_reason == "max_steps" and record.train_loss is not None

@@ -246,6 +246,13 @@ def test_a_null_text_inside_a_parquet_or_arrow_shard_is_named_before_training(
     assert pq.read_metadata(path).num_row_groups == 2
     with pytest.raises(ShardError, match=f"shard {path}, row 7: column 'text' is empty"):
         data_module(str(path)).setup()
+    nested = tmp_path / "nested" / "train-0.parquet"  # two leaf columns before the text's
+    nested.parent.mkdir()
+    meta = pa.array([{"source": "a", "line": i} for i in range(10)])
+    table = pa.table({"meta": meta, "text": pa.array(texts, pa.string())})
+    pq.write_table(table, nested, row_group_size=5)
+    with pytest.raises(ShardError, match=f"shard {nested}, row 7: column 'text' is empty"):
+        data_module(str(nested)).setup()
     arrow = tmp_path / "arrow" / "train-0.arrow"
     arrow.parent.mkdir()
     table = pa.table({"text": pa.array(texts, pa.string())})

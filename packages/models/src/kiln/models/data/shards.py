@@ -78,7 +78,8 @@ def _check_parquet(path: Path, column: str) -> int:
             f"shard {path} is not a readable Parquet file (truncated or damaged: {error})"
         ) from None
     _check_schema(path, meta.schema.to_arrow_schema(), column)
-    index = meta.schema.to_arrow_schema().get_field_index(column)
+    # the text's leaf column among the footer's (nested columns before it count each leaf)
+    index = next(i for i in range(meta.num_columns) if meta.schema.column(i).path == column)
     first = 0  # the first row of each row group
     for group in range(meta.num_row_groups):
         stats = meta.row_group(group).column(index).statistics

@@ -301,7 +301,9 @@ def _without_result(job: Any, record: dict[str, Any] | None) -> str:
     multi-node job, whose rank 0 recorded how the job ended); or a job kiln stopped with a
     checkpoint (``record``: its ``summary.json`` of this sweep), whose tasks end by the
     signal rather than with a result."""
-    if record is not None and record.get("status") == "stopped":
+    from kiln.experiments.settings.job_info import STOPPED, TRAIN
+
+    if record is not None and record.get("status") == STOPPED:
         preemption = record.get("preemption") or {}
         why = (
             f", preempted on partition {preemption.get('partition')} "
@@ -315,7 +317,7 @@ def _without_result(job: Any, record: dict[str, Any] | None) -> str:
             f"{record.get('global_step')} with a checkpoint{why}; its summary.json says "
             "stopped, and running the sweep again resumes it"
         )
-    if record is not None and record.get("status") == "failed" and record.get("error"):
+    if record is not None and record.get("status") == TRAIN.failed_status and record.get("error"):
         return (
             f": kiln recorded it failed at step {record.get('global_step')} "
             f"({record['error']}); running the sweep again resumes it from its last checkpoint"
@@ -365,9 +367,11 @@ def _record_since(job_dir: Path | None, since: float) -> dict[str, Any] | None:
     """The ``summary.json`` a job wrote in ``job_dir`` after ``since`` (epoch seconds)."""
     import json
 
+    from kiln.experiments.settings.job_info import TRAIN
+
     if job_dir is None:
         return None
-    path = job_dir / "summary.json"
+    path = job_dir / TRAIN.file
     try:
         if path.stat().st_mtime < since:
             return None  # an earlier sweep's

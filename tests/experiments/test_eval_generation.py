@@ -35,7 +35,7 @@ def test_kiln_eval_scores_generated_text_as_plain_generate_does(tmp_path):
     (job,) = job_dirs(tmp_path)
     proc = kiln("eval", job, "--limit-batches", 1, "--wandb-mode", "disabled")
     assert proc.returncode == 0, explain(proc)
-    metrics = json.loads((job / "eval.json").read_text())["metrics"]
+    metrics = json.loads((job.parent / f"{job.name}-eval" / "eval.json").read_text())["metrics"]
     assert {"val/exact_match", "val/accuracy"} <= set(metrics)  # teacher-forced, as trained
 
     # the reference: transformers' generate on the first validation batch, decoded, scored

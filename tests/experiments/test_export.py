@@ -87,7 +87,8 @@ def test_eval_of_a_job_dir_matches_its_final_validation_and_logs_to_its_wandb_ru
     # debug=fast validates on 2 batches
     proc = kiln("eval", job, "--limit-batches", 2)
     assert proc.returncode == 0, explain(proc)
-    result = json.loads((job / "eval.json").read_text())
+    evaluated = job.parent / f"{job.name}-eval"  # beside the job: nothing written into it
+    result = json.loads((evaluated / "eval.json").read_text())
     assert set(result["metrics"]) == set(record["metrics"])
     for key, value in record["metrics"].items():
         assert result["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
@@ -96,7 +97,9 @@ def test_eval_of_a_job_dir_matches_its_final_validation_and_logs_to_its_wandb_ru
     assert result["wandb"]["run_id"] == run_id
     from kiln.experiments.tracking.wandb_files import read_summary
 
-    resumed = [p for p in (job / "wandb").glob(f"offline-run-*-{run_id}") if p.is_dir()]
+    trained_in = [p for p in (job / "wandb").glob(f"offline-run-*-{run_id}") if p.is_dir()]
+    assert len(trained_in) == 1, trained_in  # the training run; kiln-eval's resume is beside
+    resumed = [p for d in (job, evaluated) for p in (d / "wandb").glob(f"offline-run-*-{run_id}")]
     assert len(resumed) == 2, resumed  # the training run and kiln-eval's resume of it
     logged = [read_summary(next(p.glob("*.wandb"))) for p in resumed]
     assert any(s.get("eval/val/accuracy") == result["metrics"]["val/accuracy"] for s in logged)

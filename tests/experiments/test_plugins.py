@@ -130,7 +130,7 @@ def test_kiln_export_and_eval_on_plugin_models(installed, plugin_jobs, tmp_path,
         batches = 2 * summary(job)["devices"]
         proc = kiln("eval", job, "--limit-batches", batches, env=installed, process=True)
         assert proc.returncode == 0, explain(proc)
-        result = json.loads((job / "eval.json").read_text())
+        result = json.loads((job.parent / f"{job.name}-eval" / "eval.json").read_text())
         assert result["wandb"]["run_id"] == summary(job)["wandb"]["run_id"]
         for metric, value in summary(job)["metrics"].items():
             assert result["metrics"][metric] == pytest.approx(value, rel=1e-5, abs=1e-6), key

@@ -52,7 +52,7 @@ def test_kiln_export_and_eval_take_a_sharded_checkpoint(job, tmp_path):
     # training validated 2 batches on each of 2 ranks: the same 4 batches in one process
     proc = kiln("eval", job, "--limit-batches", 4, "--wandb-mode", "disabled")
     assert proc.returncode == 0, explain(proc)
-    result = json.loads((job / "eval.json").read_text())
+    result = json.loads((job.parent / f"{job.name}-eval" / "eval.json").read_text())
     for key, value in summary(job)["metrics"].items():
         assert result["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
 

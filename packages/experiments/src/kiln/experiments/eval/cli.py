@@ -4,7 +4,9 @@ Rebuilds the model and its data module from the run config the checkpoint (or th
 ``kiln_export.json`` of a kiln-export directory) holds, computes the model's metrics on the
 validation split (``--split test`` where the data module has one), writes ``eval.json`` and
 logs the metrics to the W&B run the model was trained in (found in the job's
-``summary.json``), or to a new run with job type ``eval``.
+``summary.json``), or to a new run with job type ``eval``. Nothing is written into a job's
+directory: ``eval.json`` and the eval's W&B files go to ``--out``'s directory, an export dir,
+or ``<job dir>-eval/`` beside the job.
 
 A model that generates (seq2seq) also has its greedy generations scored
 (``generated_exact_match``, ``generated_bleu``, ``generated_chrf``) unless ``--no-generate``;
@@ -13,7 +15,7 @@ whitespace, case-sensitively.
 
 Examples::
 
-    kiln-eval outputs/runs/2026-11-30_12-00-00                # the job's newest checkpoint
+    kiln-eval outputs/runs/2026-11-30_12-00-00   # newest checkpoint -> ..._12-00-00-eval/eval.json
     kiln-eval exported/ --limit-batches 10 --out eval.json
 """
 
@@ -53,13 +55,66 @@ def _load(source: Path) -> tuple[Any, dict[str, Any], Path]:
         origin = {"export": str(source.resolve()), "checkpoint": record.get("checkpoint")}
         return (
             module,
-            {**origin, "global_step": record.get("global_step")},
+            {**origin, "global_step": record.get("global_step"), "run_id": record.get("run_id")},
             Path(record.get("checkpoint") or source).parent,
         )
     checkpoint = resolve_checkpoint(source)
     module, meta = load_trained_module(checkpoint)
-    origin = {"checkpoint": str(checkpoint.resolve()), "global_step": meta["global_step"]}
+    origin = {
+        "checkpoint": str(checkpoint.resolve()),
+        "global_step": meta["global_step"],
+        "run_id": meta.get("run_id"),
+    }
     return module, origin, checkpoint.parent
+
+
+OUT_VALID = (
+    "give --out a new file, or an earlier kiln-eval result, outside any job directory and "
+    "any other model's export"
+)
+
+
+def default_out(source: str | Path, job_dir: Path | None) -> Path:
+    """Where ``eval.json`` goes without ``--out``: into the export dir ``source``, else into
+    ``<job dir>-eval/`` beside the job ``job_dir`` (``<directory>-eval/`` beside a checkpoint
+    directory outside any job), never into the job's own directory."""
+    source = Path(source)
+    if (source / EXPORT_FILE).is_file():
+        return source / EVAL_FILE
+    base = (job_dir or (source if source.is_dir() else source.parent)).absolute()
+    return base.parent / f"{base.name}-eval" / EVAL_FILE
+
+
+def check_out(path: Path, run_id: Any) -> None:
+    """Refuse an ``eval.json`` path that would write into a job's record, beside another
+    model's export, or over a file kiln-eval did not write.
+
+    Raises:
+        ValueError: One line naming the path, what is there and what is valid.
+    """
+    from kiln.experiments.jobs.job_paths import check_not_in_job
+
+    check_not_in_job(path, "--out", OUT_VALID)
+    if path.is_dir():
+        raise ValueError(f"--out {path} is a directory; {OUT_VALID} (e.g. {path / EVAL_FILE})")
+    export_file = path.parent / EXPORT_FILE
+    if export_file.is_file():
+        try:
+            exported = json.loads(export_file.read_text()).get("run_id")
+        except (OSError, ValueError, AttributeError):
+            exported = None
+        if exported is None or exported != run_id:
+            raise ValueError(
+                f"--out {path} lies in {path.parent}, the export of another model (run "
+                f"{exported or '?'}; this is run {run_id}): {OUT_VALID}"
+            )
+    if path.exists():
+        try:
+            earlier = json.loads(path.read_text())
+        except (OSError, ValueError):
+            earlier = None
+        if not (isinstance(earlier, dict) and {"metrics", "split"} <= earlier.keys()):
+            raise ValueError(f"--out {path} exists and is not a kiln-eval result: {OUT_VALID}")
 
 
 def run_eval(
@@ -72,20 +127,27 @@ def run_eval(
 ) -> dict[str, Any]:
     """Evaluate ``source``, write its ``eval.json`` and log to W&B; returns the summary.
 
-    ``eval.json`` goes to ``out``, else into ``source`` (a job, checkpoint or export dir), else
-    (a checkpoint file) into its job dir, else beside it. ``generate=False`` skips a
-    generating model's generation metrics.
+    ``eval.json`` (and the eval's W&B files, beside it) goes to ``out``, else into the export
+    dir ``source``, else (a job, or a checkpoint) into ``<job dir>-eval/`` beside the job
+    (:func:`default_out`). Nothing is written into a job's directory. ``generate=False``
+    skips a generating model's generation metrics.
 
     Raises:
-        ValueError: ``limit_batches`` is below 1.
+        ValueError: ``limit_batches`` is below 1, or ``out`` is refused (:func:`check_out`).
     """
+    from kiln.core.atomic import atomic_write
     from kiln.experiments.eval.evaluate import check_limit_batches, evaluate
+    from kiln.experiments.jobs.job_paths import check_not_in_job
 
     check_limit_batches(limit_batches)  # before the model is loaded
     source = Path(source)
+    if out is not None:  # before the model is loaded
+        check_not_in_job(Path(out), "--out", OUT_VALID)
     module, origin, search_from = _load(source)
-    metrics = evaluate(module, split, limit_batches, generate=generate)
     job_dir, record = _job_record(search_from)
+    path = Path(out) if out is not None else default_out(source, job_dir)
+    check_out(path, origin.get("run_id"))  # before the metrics are computed
+    metrics = evaluate(module, split, limit_batches, generate=generate)
     summary: dict[str, Any] = {
         "split": split,
         "limit_batches": limit_batches,
@@ -95,19 +157,18 @@ def run_eval(
         "job_dir": str(job_dir) if job_dir else None,
         **origin,
     }
-    summary["wandb"] = _log(summary, record.get("wandb") or {}, job_dir, wandb_mode)
-    default_dir = source if source.is_dir() else (job_dir or source.parent)
-    path = Path(out) if out is not None else default_dir / EVAL_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    summary["wandb"] = _log(summary, record.get("wandb") or {}, path.parent, wandb_mode)
+    atomic_write(path, json.dumps(summary, indent=2, default=str) + "\n")
     summary["file"] = str(path)
     return summary
 
 
 def _log(
-    summary: dict[str, Any], trained_in: dict[str, Any], job_dir: Path | None, mode: str
+    summary: dict[str, Any], trained_in: dict[str, Any], where: Path, mode: str
 ) -> dict[str, Any] | None:
-    """Log the metrics to the run the model was trained in (or a new ``eval`` run)."""
+    """Log the metrics to the run the model was trained in (or a new ``eval`` run); the
+    run's files go to ``where`` (beside ``eval.json``), never into the job's directory."""
     if mode == "disabled":
         return None
     from kiln.experiments.settings.base import LoggerConfig
@@ -121,7 +182,6 @@ def _log(
         group=trained_in.get("group"),
         job_type="eval",
     )
-    where = job_dir or Path(summary.get("export") or summary["checkpoint"]).parent
     job = JobInfo(output_dir=str(where), job_name="eval")
     with Tracker(
         cfg, job, config={"eval": summary}, name="eval", run_id=trained_in.get("run_id")
@@ -146,7 +206,12 @@ def main(argv: list[str] | None = None) -> None:
         "exact_match (whitespace-stripped, case-sensitive), generated_bleu, generated_chrf "
         "(default: on)",
     )
-    parser.add_argument("--out", default=None, help=f"where to write {EVAL_FILE}")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help=f"where to write {EVAL_FILE} (default: into the export dir, else <job dir>-eval/ "
+        "beside the job; never into a job directory)",
+    )
     parser.add_argument(
         "--wandb-mode", default="offline", choices=["offline", "online", "disabled"]
     )

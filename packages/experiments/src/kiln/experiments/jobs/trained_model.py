@@ -17,29 +17,38 @@ EXPORT_FILE = "kiln_export.json"
 """What a kiln-export came from (checkpoint, step, run config), beside the library's files."""
 
 
-def _job_checkpoint_dirs(job_dir: Path) -> list[Path]:
-    """Where a kiln-train job dir may keep its checkpoints: its configured
-    ``trainer.checkpoint_dir`` (from ``summary.json``), then ``<job dir>/checkpoints``."""
-    dirs = []
+def _job_checkpoint_dir(job_dir: Path) -> tuple[Path | None, bool]:
+    """Where the kiln-train job in ``job_dir`` keeps its checkpoints, and whether its record
+    says so: its recorded ``trainer.checkpoint_dir`` read where the job is now
+    (:func:`kiln.experiments.jobs.job_paths.in_job`: a copied or moved job's own), else
+    ``<job dir>/checkpoints``; ``None`` where the record turned checkpoints off."""
+    from kiln.experiments.jobs.job_paths import in_job
+
     summary = job_dir / TRAIN.file
-    if summary.is_file():
-        config = json.loads(summary.read_text()).get("config") or {}
-        configured = (config.get("trainer") or {}).get("checkpoint_dir")
-        if configured:
-            dirs.append(Path(configured))
-    dirs.append(job_dir / "checkpoints")
-    return dirs
+    if not summary.is_file():
+        return job_dir / "checkpoints", False
+    try:
+        record = json.loads(summary.read_text())
+    except (OSError, ValueError):
+        return job_dir / "checkpoints", False
+    trainer = ((record.get("config") or {}) if isinstance(record, dict) else {}).get("trainer")
+    if not isinstance(trainer, dict) or "checkpoint_dir" not in trainer:
+        return job_dir / "checkpoints", False
+    configured = trainer["checkpoint_dir"]
+    return (in_job(configured, job_dir, record) if configured else None), True
 
 
 def resolve_checkpoint(source: str | Path) -> Path:
     """The checkpoint ``source`` names: a checkpoint file, a checkpoint directory (its newest
-    intact checkpoint) or a kiln-train job dir (the newest checkpoint of its run).
+    intact checkpoint) or a kiln-train job dir (the newest checkpoint of its run, in the
+    job's own checkpoint directory wherever the job now lies).
 
     Raises:
-        FileNotFoundError: ``source`` does not exist or holds no checkpoint; the message
-            says where it looked and what is valid.
+        FileNotFoundError: ``source`` does not exist or holds no checkpoint (a job copied
+            without its checkpoints among them); the message says where it looked and what
+            is valid.
     """
-    from kiln.core.checkpoints.lookup import find_latest_checkpoint
+    from kiln.core.checkpoints.lookup import find_latest_checkpoint, missing_checkpoints
 
     path = Path(source)
     if not path.exists():
@@ -49,14 +58,29 @@ def resolve_checkpoint(source: str | Path) -> Path:
         )
     if path.is_file() or (path / "meta.pt").is_file():
         return path
-    looked = [path, *_job_checkpoint_dirs(path)]
-    for directory in looked:
-        found = find_latest_checkpoint(directory) if directory.is_dir() else None
+    directory, recorded = _job_checkpoint_dir(path)
+    if recorded and directory is None:
+        raise FileNotFoundError(
+            f"the job {path} was trained with trainer.checkpoint_dir=null: it has no "
+            "checkpoint; give a checkpoint file, or train with checkpoints"
+        )
+    if recorded and directory is not None and not directory.is_dir():
+        raise FileNotFoundError(
+            f"the job {path} has no checkpoint directory: {directory}, where its record "
+            "(summary.json, trainer.checkpoint_dir) keeps its checkpoints, is missing (a "
+            "copy of the job without its checkpoints?); copy the job with its checkpoints, "
+            "or give a checkpoint file"
+        )
+    looked = list(dict.fromkeys(d for d in (path, directory) if d is not None))
+    for candidate in looked:
+        found = find_latest_checkpoint(candidate) if candidate.is_dir() else None
         if found is not None:
             return found
+    gone = [str(p) for d in looked if d.is_dir() for p in missing_checkpoints(d)]
+    missing = f" (missing: {', '.join(gone)})" if gone else ""
     raise FileNotFoundError(
-        f"no checkpoint found for {path}: looked in {', '.join(str(d) for d in looked)}. "
-        "Train with trainer.checkpoint_dir set, or give a checkpoint file"
+        f"no checkpoint found for {path}: looked in {', '.join(str(d) for d in looked)}"
+        f"{missing}. Train with trainer.checkpoint_dir set, or give a checkpoint file"
     )
 
 

@@ -13,7 +13,7 @@ import pytest
 from kiln.core import atomic
 from kiln.core.atomic import atomic_write
 from kiln.core.checkpoints.rundir import RunFile, read_run_file, write_run_file
-from kiln.experiments.settings.job_info import write_job_json
+from kiln.experiments.settings.job_files import write_job_json
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ from kiln.core.telemetry.records import Calibration, LoadSample, Telemetry
 from kiln.experiments.jobs.train_record import TrainRecord
 from kiln.experiments.report.cli import main as kiln_report
 from kiln.experiments.report.rows import RATIOS, SPEEDUP, Ratio
-from kiln.experiments.settings.job_info import JobMachine, write_job_json
+from kiln.experiments.settings.job_files import write_job_json
+from kiln.experiments.settings.job_info import JobMachine
 
 # two kiln-train jobs (compile=none, compile=default) written by kiln at commit be27e23:
 # kiln-train -m debug=fast trainer.max_steps=6 compile.backend=aot_eager compile=none,default

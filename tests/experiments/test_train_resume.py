@@ -110,7 +110,7 @@ def test_a_stopped_job_reads_stopped_in_the_report_and_fails_its_sweep(
 
     from kiln.experiments.jobs.hydra_callbacks import SweepStatus
     from kiln.experiments.report.cli import build_report
-    from kiln.experiments.settings.job_info import write_job_json
+    from kiln.experiments.settings.job_files import write_job_json
 
     stopped = killed_twice[3]
     (tmp_path / "0" / ".hydra").mkdir(parents=True)

@@ -12,7 +12,8 @@ import torch
 from kiln.experiments.jobs.hydra_callbacks import SweepStatus
 from kiln.experiments.jobs.sweep_scan import scan_sweep
 from kiln.experiments.settings.base import LoggerConfig
-from kiln.experiments.settings.job_info import JobInfo, write_job_json
+from kiln.experiments.settings.job_files import write_job_json
+from kiln.experiments.settings.job_info import JobInfo
 from kiln.experiments.tracking import wandb_files
 from kiln.experiments.tracking.tracker import Tracker
 

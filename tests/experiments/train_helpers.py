@@ -48,11 +48,13 @@ def job_dirs(log_dir: Path) -> list[Path]:
     """The job directories of the single sweep (or single run) below ``log_dir``."""
     sweeps = sorted((log_dir / "multirun").glob("*")) or sorted((log_dir / "runs").glob("*"))
     assert len(sweeps) == 1, sweeps
-    if (sweeps[0] / ".hydra").is_dir():
+    if _is_job_dir(sweeps[0]):
         return [sweeps[0]]
-    return sorted(
-        (p for p in sweeps[0].iterdir() if (p / ".hydra").is_dir()), key=lambda p: int(p.name)
-    )
+    return sorted((p for p in sweeps[0].iterdir() if _is_job_dir(p)), key=lambda p: int(p.name))
+
+
+def _is_job_dir(path: Path) -> bool:
+    return any((path / name).exists() for name in (".hydra", "summary.json", "attempts.json"))
 
 
 def summary(job_dir: Path) -> dict[str, Any]:

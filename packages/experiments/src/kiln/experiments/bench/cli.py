@@ -49,7 +49,7 @@ def task(cfg: DictConfig) -> float | None:
     from kiln.experiments.bench.bench_job import run_bench_job
     from kiln.experiments.jobs.lifecycle import JobFailed
 
-    job = JobInfo.from_hydra()
+    job = JobInfo.from_hydra(cfg)
     if cfg.get("print_config"):
         print(OmegaConf.to_yaml(cfg, resolve=True))
     record = run_bench_job(cfg, job)

@@ -4,6 +4,7 @@ every printed or written table (job, sweep, report) uses."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -86,7 +87,9 @@ def job_table(summary: dict[str, Any] | TrainRecord) -> Table:
         # escaped: an error is no markup ("[/__w/.../pair.cc:561] Connection closed by peer")
         table.add_row("error", escape(rec.error), style="red")
     if rec.traceback_file:
-        table.add_row("traceback", rec.traceback_file, style="dim")
+        # relative to the job directory (error.log), or a refused attempt's temporary file
+        where = Path(rec.output_dir or ".") / rec.traceback_file
+        table.add_row("traceback", str(where), style="dim")
     table.caption = f"run: {rec.run_name}\noutputs: {rec.output_dir}"
     if rec.wandb:
         table.caption += f"\nW&B run: {rec.wandb['dir']}"

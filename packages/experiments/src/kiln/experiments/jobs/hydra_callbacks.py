@@ -80,43 +80,59 @@ def _check_output_dir(key: str, config: DictConfig) -> None:
 
 
 class SweepStatus(Callback):
-    """Print the sweep's jobs at its end; exit non-zero if any failed.
+    """Print the sweep's jobs at its end; exit non-zero if any failed or was refused.
 
-    A sweep whose every job was refused (their directories are another sweep's, training)
-    leaves the sweep directory's ``multirun.yaml`` as that sweep wrote it: the sweeper
-    wrote its own over it before any job could see the lock.
+    A job refused in an earlier job's directory writes nothing there (its record stays that
+    job's) and leaves a note in the sweep directory (:func:`job_files.note_refusal`), which
+    this check names. The sweeper writes its ``multirun.yaml`` before any job starts: a sweep
+    none of whose jobs took its directory (all refused or skipped) puts the earlier one back,
+    so it still describes the sweep that trained the jobs.
     """
 
     def __init__(self) -> None:
         self.multirun: bytes | None = None
-        self.started = 0
-        self.refused_before = 0
+        self.hydra_stamps: dict[Path, tuple[int, int]] = {}
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from kiln.experiments.jobs.lock import refused_dirs
-
-        try:  # before the sweeper writes its own
-            self.multirun = (Path(config.hydra.sweep.dir) / "multirun.yaml").read_bytes()
-        except OSError:
-            self.multirun = None
-        self.started, self.refused_before = 0, len(refused_dirs)
-
-    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.started += 1  # in this process: the basic launcher's jobs
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from kiln.experiments.jobs.lock import refused_dirs
+        from kiln.experiments.settings import job_files
 
         sweep_dir = Path(config.hydra.sweep.dir)
-        refused = len(refused_dirs) - self.refused_before
-        if self.multirun is not None and self.started and refused == self.started:
+        try:  # before the sweeper writes its own
+            self.multirun = (sweep_dir / "multirun.yaml").read_bytes()
+        except OSError:
+            self.multirun = None
+        self.hydra_stamps = _hydra_stamps(sweep_dir)
+        job_files.clear_refusals(sweep_dir)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from kiln.experiments.settings import job_files
+
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if self.multirun is not None and _hydra_stamps(sweep_dir) == self.hydra_stamps:
             from kiln.core.atomic import atomic_write
 
-            atomic_write(sweep_dir / "multirun.yaml", self.multirun)
+            atomic_write(sweep_dir / "multirun.yaml", self.multirun)  # no job of this sweep ran
         jobs = scan_sweep(sweep_dir)
         show_table(sweep_table(str(sweep_dir), jobs))
+        refused = job_files.read_refusals(sweep_dir)
         unfinished = (*FAILED_STATUSES, STOPPED)
         failed = [j.name for j in jobs if j.record is None or j.record.get("status") in unfinished]
+        failed += [str(n["job"]) for n in refused if str(n["job"]) not in failed]
+        for note in refused:
+            print(f"job {note['job']} refused: {note['error']}", file=sys.stderr)
         if failed:
             print(f"{len(failed)} of {len(jobs)} jobs failed: {', '.join(failed)}", file=sys.stderr)
             sys.exit(1)
+
+
+def _hydra_stamps(sweep_dir: Path) -> dict[Path, tuple[int, int]]:
+    """Each job's ``.hydra/config.yaml`` (inode, mtime): a run that took its job directory
+    wrote it anew (no clock compared: SLURM nodes may disagree on the time)."""
+    stamps = {}
+    for path in sweep_dir.rglob(".hydra/config.yaml"):
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        stamps[path] = (stat.st_ino, stat.st_mtime_ns)
+    return stamps

@@ -39,21 +39,16 @@ from pathlib import Path
 from typing import Any
 
 from kiln.experiments.jobs.stages import stage_of
+from kiln.experiments.settings import job_files
 from kiln.experiments.settings.base import LoggerConfig
-from kiln.experiments.settings.job_info import (
-    STOPPED,
-    JobInfo,
-    RecordKind,
-    machine_info,
-    write_job_json,
-)
+from kiln.experiments.settings.job_files import write_job_json
+from kiln.experiments.settings.job_info import STOPPED, JobInfo, RecordKind, machine_info
 from kiln.experiments.settings.startup_gc import startup_frozen
 from kiln.experiments.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
 
 ERROR_LOG = "error.log"
-REFUSED_LOG = "refused.log"  # the traceback of a refused attempt that kept the record
 
 
 class JobFailed(RuntimeError):
@@ -189,6 +184,7 @@ class Lifecycle:
         self.kept: dict[str, Any] | None = None  # the earlier record a refused attempt keeps
         self.unchanged = False  # the work found nothing to do: the earlier record stays (keep)
         self.held = 0  # a stop signal held while the job ends (_held_signals)
+        self._held: contextlib.AbstractContextManager[None] | None = None  # job_files.held
 
     @property
     def loggers(self) -> list[Any]:
@@ -230,6 +226,7 @@ class Lifecycle:
         (``resume``: continue the run of an earlier attempt in this job directory)."""
         if not self.writer:
             return
+        job_files.take(self.job.output_dir)  # the run starts: the job directory is its own
         config = {**config, "machine": self.record["machine"]}
         self.tracker = Tracker(cfg, self.job, config=config, tags=tags, resume=resume)
         self.tracker.start()
@@ -284,8 +281,16 @@ class Lifecycle:
                 )
 
     def __enter__(self) -> Lifecycle:
-        if self.writer and self.keep_progress is not None:
-            self.before = self.earlier_record()
+        if self.writer:
+            earlier = self.earlier_record()
+            if self.keep_progress is not None:
+                self.before = earlier
+            # an earlier job's directory is this run's only once its work starts (track)
+            self._held = job_files.held(self.job.output_dir, owned=earlier is None)
+            self._held.__enter__()
+            hydra_dir = Path(self.job.output_dir) / job_files.HYDRA_DIR
+            for name, text in self.job.hydra_files.items():
+                job_files.write(hydra_dir / name, text)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _terminated)  # SLURM time limits, timeout(1), kill
         return self
@@ -300,7 +305,11 @@ class Lifecycle:
                 if self.on_exit is not None and self.writer:
                     self.on_exit(exc)
             finally:
-                self._finish(stopping=exc is not None and not isinstance(exc, Exception))
+                try:
+                    self._finish(stopping=exc is not None and not isinstance(exc, Exception))
+                finally:
+                    if self._held is not None:
+                        self._held.__exit__(None, None, None)
         if self.held and not isinstance(exc, Requeued):  # it stops the process now
             signal.raise_signal(self.held)
         # A failed job must not stop the sweep; Ctrl-C and SIGTERM stop the process.
@@ -350,11 +359,22 @@ class Lifecycle:
         self.record.update(self._stop_fields(exc))
         trace = "".join(traceback.format_exception(exc))
         if self.writer:
-            path = Path(self.job.output_dir) / (ERROR_LOG if self.kept is None else REFUSED_LOG)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(trace)
-            self.record["traceback_file"] = str(path)
+            self.record["traceback_file"] = self._write_traceback(trace)
         log.debug("job %s failed:\n%s", self.job.run_name, trace)
+
+    def _write_traceback(self, trace: str) -> str:
+        """``<job dir>/error.log``; for an attempt refused in an earlier job's directory (the
+        directory is not its to write), a file in the system's temporary directory."""
+        if job_files.state(self.job.output_dir) == "owned":
+            path = Path(self.job.output_dir) / ERROR_LOG
+            job_files.write(path, trace)
+            return ERROR_LOG
+        import tempfile
+
+        fd, name = tempfile.mkstemp(prefix="kiln-refused-", suffix=".log")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(trace)
+        return name
 
     def _stop_fields(self, exc: BaseException) -> dict[str, Any]:
         """A record that says why its work stopped (``stop_reason``), stopped by SIGTERM or

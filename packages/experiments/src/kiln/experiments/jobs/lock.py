@@ -42,42 +42,6 @@ class JobDirBusyError(RuntimeError):
     """Another process holds the job directory's lock (it is training into it)."""
 
 
-HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
-"""What Hydra writes into ``<job dir>/.hydra`` before a job starts (so before its lock)."""
-refused_dirs: list[str] = []
-"""The job directories this process was refused (``hydra_callbacks.SweepFiles`` reads it)."""
-
-
-def _hydra_files(job_dir: Path) -> dict[str, str]:
-    found = {}
-    for name in HYDRA_FILES:
-        try:
-            found[name] = (job_dir / ".hydra" / name).read_text()
-        except OSError:
-            continue
-    return found
-
-
-def restore_hydra_files(job_dir: str | Path) -> list[str]:
-    """Put back the ``.hydra`` files of the job that holds ``job_dir``'s lock, as it started
-    with them: Hydra wrote a refused job's own over them before the job could see the lock.
-    Returns the names restored."""
-    job_dir = Path(job_dir)
-    refused_dirs.append(str(job_dir))
-    try:
-        held = json.loads((job_dir / LOCK_FILE).read_text()).get("hydra") or {}
-    except (OSError, ValueError, AttributeError):
-        return []
-    from kiln.core.atomic import atomic_write
-
-    restored = []
-    for name, text in held.items():
-        if name in HYDRA_FILES and isinstance(text, str):
-            atomic_write(job_dir / ".hydra" / name, text)
-            restored.append(name)
-    return restored
-
-
 def _holder(path: Path) -> str:
     try:
         info = json.loads(path.read_text())
@@ -115,7 +79,6 @@ def job_dir_lock(job_dir: str | Path) -> Iterator[None]:
             )
         since = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         info = {"host": socket.gethostname(), "pid": os.getpid(), "since": since}
-        info["hydra"] = _hydra_files(Path(job_dir))  # what a refused job puts back
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
         _held.append(fd)

@@ -7,9 +7,6 @@ their record with a :class:`RecordKind` and write it with :func:`write_job_json`
 
 from __future__ import annotations
 
-import json
-import math
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,10 +78,14 @@ class JobInfo:
     """The chosen ``sweep=`` config, if any."""
     choices: dict[str, str] = field(default_factory=dict)
     """Which option each config group took (``hydra.runtime.choices``)."""
+    hydra_files: dict[str, str] = field(default_factory=dict)
+    """Hydra's ``.hydra/*.yaml`` of this run, written once it owns the job directory
+    (written by :mod:`kiln.experiments.settings.job_files`)."""
 
     @classmethod
-    def from_hydra(cls) -> JobInfo:
-        """Read the running job's identity from ``HydraConfig`` (call inside a Hydra job)."""
+    def from_hydra(cls, task_cfg: Any = None) -> JobInfo:
+        """Read the running job's identity from ``HydraConfig`` (call inside a Hydra job;
+        ``task_cfg``: the job's config as Hydra gave it, for its ``.hydra`` files)."""
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
 
@@ -99,6 +100,7 @@ class JobInfo:
             sweep_dir=str(Path(hc.sweep.dir).resolve()) if multirun else None,
             sweep_name=choices.get("sweep"),
             choices={k: v for k, v in choices.items() if not k.startswith("hydra/")},
+            hydra_files=_hydra_files(task_cfg) if task_cfg is not None else {},
         )
 
     @property
@@ -173,34 +175,17 @@ def machine_info() -> JobMachine:
     }
 
 
-def _jsonable(value: Any) -> Any:
-    """Plain JSON values: tensors and numpy scalars become numbers, NaN/inf become null."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # strict JSON has no NaN; the status/error fields say what went wrong
-    if isinstance(value, str | int | float | bool) or value is None:
-        return value
-    return str(value)
+def _hydra_files(task_cfg: Any) -> dict[str, str]:
+    """What Hydra writes into a job's ``.hydra`` (the job's config, Hydra's, the overrides),
+    as it would write them, read inside the running Hydra job."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
 
-
-def write_job_json(path: str | os.PathLike, payload: dict[str, Any] | list[Any]) -> Path:
-    """Write ``payload`` as strict JSON to ``path`` atomically and durably
-    (:func:`kiln.core.atomic.atomic_write`: a reader never sees half a file).
-
-    Args:
-        path: Destination file, usually ``<job output dir>/summary.json`` or ``bench.json``.
-        payload: The job's record; tensors, numpy scalars and non-finite floats are converted.
-
-    Returns:
-        The path written.
-    """
-    from kiln.core.atomic import atomic_write
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_write(path, json.dumps(_jsonable(payload), indent=2, allow_nan=False) + "\n")
+    hydra = OmegaConf.to_container(HydraConfig.get(), resolve=False)
+    hydra["output_subdir"] = ".hydra"  # type: ignore[index]  # where the files are
+    hydra_cfg = OmegaConf.create({"hydra": hydra})
+    return {
+        "config.yaml": OmegaConf.to_yaml(task_cfg),
+        "hydra.yaml": OmegaConf.to_yaml(hydra_cfg),
+        "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.hydra.overrides.task),
+    }

@@ -28,7 +28,7 @@ def task(cfg: DictConfig) -> float:
     from kiln.experiments.train.train_job import run_job
     from kiln.experiments.train.worker import global_rank
 
-    job = JobInfo.from_hydra()
+    job = JobInfo.from_hydra(cfg)
     if cfg.get("print_config") and global_rank() == 0:
         print(OmegaConf.to_yaml(cfg, resolve=False))  # resolving here would escape run_job
     summary = run_job(cfg, job)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kiln.experiments.settings.job_info import write_job_json
+from kiln.experiments.settings.job_files import write_job_json
 from kiln.experiments.train.rerun import ATTEMPTS_FILE
 
 

@@ -107,6 +107,9 @@ class Tracker:
         ``wandb_files.row_kind``) an earlier attempt's W&B files hold (a resumed job's
         run): each kind is logged apart, so a killed attempt may have sent a step's
         training row and not its validation row."""
+        self.logged_rows: set[tuple[str, int]] = set()
+        """``(kind, step)`` of every row the run holds: in an earlier attempt's W&B files,
+        or logged by :meth:`log_missing`."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -123,16 +126,17 @@ class Tracker:
     def _start_wandb(self) -> None:
         import wandb
 
-        from kiln.experiments.tracking.wandb_files import last_logged_steps
+        from kiln.experiments.tracking.wandb_files import logged_rows, run_files
 
         id_file = Path(self.job.output_dir) / RUN_ID_FILE
         run_id = self.run_id
         if run_id is None and self.resume and id_file.is_file():
             run_id = id_file.read_text().strip()
         if run_id:  # this job ran before: continue its run after the steps it holds
-            pattern = f"wandb/*run-*-{run_id}/run-{run_id}.wandb"  # (offline-)run-<time>-<id>
-            files = sorted(Path(self.job.output_dir).glob(pattern))
-            self.logged_through = last_logged_steps(files, STEP_METRIC)
+            files = run_files(self.job.output_dir, run_id)
+            self.logged_rows = logged_rows(files, STEP_METRIC)
+            for kind, step in self.logged_rows:
+                self.logged_through[kind] = max(self.logged_through.get(kind, step), step)
         else:
             run_id = secrets.token_hex(4)  # W&B ids: lowercase letters and digits
         if self.resume:
@@ -183,6 +187,27 @@ class Tracker:
         """Write ``values`` (final metrics, telemetry, status) into the run's summary."""
         if self.run is not None:
             self.run.summary.update(flatten(values, sep="/"))
+
+    def log_missing(self, rows: list[dict[str, Any]]) -> int:
+        """Log the rows of ``rows`` (a job's history: ``{"step": N, <metric>: value}``) the
+        run does not hold yet (:attr:`logged_rows`, by kind and step), in step order (a
+        step's training row before its validation row, as the loop logs them); returns how
+        many. What an attempt's W&B process never wrote (it was killed, or lost its service)
+        is logged once, and nothing twice."""
+        if self.run is None:
+            return 0
+        from kiln.experiments.tracking.wandb_files import record_row_key
+
+        count = 0
+        for row in sorted(rows, key=lambda r: r["step"]):
+            key = record_row_key(row)
+            if key in self.logged_rows:
+                continue
+            metrics = {k: v for k, v in row.items() if k != "step"}
+            self.run.log({**metrics, STEP_METRIC: key[1]})
+            self.logged_rows.add(key)
+            count += 1
+        return count
 
     def log_folder(self, path: str | Path, name: str, kind: str) -> None:
         """Log the folder ``path`` to the W&B run as an artifact ``name`` of type ``kind``

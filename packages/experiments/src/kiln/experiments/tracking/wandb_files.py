@@ -135,6 +135,38 @@ def row_kind(row: Any) -> str:
     return "train"
 
 
+def run_files(job_dir: str | Path, run_id: str) -> list[Path]:
+    """The ``.wandb`` files of the W&B run ``run_id`` in a job directory, one per attempt
+    (``wandb/(offline-)run-<time>-<id>/run-<id>.wandb``), oldest first; none: ``[]``."""
+    pattern = f"wandb/*run-*-{run_id}/run-{run_id}.wandb"
+    return sorted(Path(job_dir).glob(pattern))
+
+
+def row_key(row: dict[str, Any], step_key: str) -> tuple[str, int] | None:
+    """``(kind, step)`` of a logged row (:func:`row_kind`; ``step`` its ``step_key``), or
+    ``None`` for a row without a step: what one job logs once per step and kind."""
+    step = row.get(step_key)
+    if not isinstance(step, int | float):
+        return None
+    return row_kind(k for k in row if k != step_key and not k.startswith("_")), int(step)
+
+
+def record_row_key(row: dict[str, Any]) -> tuple[str, int]:
+    """``(kind, step)`` of a row of a job's own history (``{"step": N, <metric>: value}``,
+    as ``summary.json`` and a checkpoint hold it): the key of :func:`row_key`."""
+    return row_kind(k for k in row if k != "step"), int(row["step"])
+
+
+def logged_rows(files: list[Path], step_key: str) -> set[tuple[str, int]]:
+    """The ``(kind, step)`` of every row in ``files`` (:func:`row_key`).
+
+    Raises:
+        WandbFormatError: A file the installed wandb cannot read.
+    """
+    keys = (row_key(row, step_key) for file in files for row in read_history(file))
+    return {key for key in keys if key is not None}
+
+
 def last_logged_steps(files: list[Path], step_key: str) -> dict[str, int]:
     """The highest ``step_key`` of each kind of row (:func:`row_kind`) in ``files``; a kind
     with no row is left out.
@@ -143,13 +175,19 @@ def last_logged_steps(files: list[Path], step_key: str) -> dict[str, int]:
         WandbFormatError: A file the installed wandb cannot read.
     """
     through: dict[str, int] = {}
-    for file in files:
-        for row in read_history(file):
-            step = row.get(step_key)
-            if isinstance(step, int | float):
-                kind = row_kind(k for k in row if k != step_key and not k.startswith("_"))
-                through[kind] = max(through.get(kind, int(step)), int(step))
+    for kind, step in logged_rows(files, step_key):
+        through[kind] = max(through.get(kind, step), step)
     return through
+
+
+def has_exit(files: list[Path]) -> bool:
+    """Whether the run ends (its last attempt's file holds an exit record): a run killed
+    before its end has none, and W&B shows it as still running.
+
+    Raises:
+        WandbFormatError: A file the installed wandb cannot read.
+    """
+    return bool(files) and any(r["type"] == "exit" for r in read_records(files[-1]))
 
 
 def read_summary(path: str | Path) -> dict[str, Any]:

@@ -334,34 +334,23 @@ def check_claim(resolved: dict[str, Any], checkpoint: Path | None) -> None:
     )
 
 
-def backfill(loggers: list[Any], checkpoint: Path, logged_through: dict[str, int]) -> int:
+def backfill(tracker: Any, checkpoint: Path) -> int:
     """Log the training and validation rows of ``checkpoint``'s histories that the job's W&B
     run lacks (an attempt killed by SIGKILL may have logged rows its W&B process never
-    wrote), in step order; returns how many. ``logged_through``: the last step of each kind
-    of row the run holds (``train``, ``validation``), each reconciled on its own: a kill
-    between a step's training row and its validation row loses only the latter. The run
+    wrote), each by its kind and step (``tracker.log_missing``: a kill between a step's
+    training row and its validation row loses only the latter); returns how many. The run
     then continues after the checkpoint's step."""
     from kiln.core import read_checkpoint_meta
-    from kiln.experiments.tracking.wandb_logger import KilnWandbLogger
 
-    wandb_loggers = [lg for lg in loggers if isinstance(lg, KilnWandbLogger)]
-    if not wandb_loggers:
-        return 0
     saved = read_checkpoint_meta(checkpoint)  # its histories with its plain values
-    logged = [
-        *(r for r in saved.get("history", []) if r["step"] > logged_through.get("train", 0)),
-        *(
-            r
-            for r in saved.get("validation_history", [])
-            if r["step"] > logged_through.get("validation", 0)
-        ),
-    ]
-    # sorted is stable: a step's training row before its validation row, as the loop logs them
-    rows = sorted(logged, key=lambda r: r["step"])
-    for logger in wandb_loggers:
-        for row in rows:
-            logger.log_metrics({k: v for k, v in row.items() if k != "step"}, step=row["step"])
-    return len(rows)
+    rows = [*saved.get("history", []), *saved.get("validation_history", [])]
+    return tracker.log_missing(rows)
+
+
+def history_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The training and validation rows of a job's record (``summary.json``): what its W&B
+    run must hold, each once."""
+    return [*(record.get("history") or []), *(record.get("validation_history") or [])]
 
 
 def finished_record(job_dir: str, resolved: dict[str, Any]) -> dict[str, Any] | None:

@@ -135,13 +135,21 @@ def _already_done(cfg: Any, job: JobInfo) -> dict[str, Any] | None:
     return rerun.finished_record(job.output_dir, resolved)  # type: ignore[arg-type]
 
 
-def _finish_open_run(record: dict[str, Any], job: JobInfo) -> None:
-    """Finish the W&B run of a job that ended ``ok`` but was killed between writing its
-    ``summary.json`` and its run's end (the run has no exit record): with the record's
-    summary and status, as the attempt would have. Writer only."""
+def _repair_run(record: dict[str, Any], job: JobInfo) -> None:
+    """Make the W&B run of a job that ended ``ok`` equal to its record: a job killed between
+    writing its ``summary.json`` and its run's end (or whose end W&B's service did not live
+    to write) left a run without an exit record, and without the rows its W&B process had
+    not written yet. The run is resumed, gets exactly the record's rows it lacks (by kind
+    and step), the record's summary and an ``ok`` end. Writer only; a run whose last
+    attempt ended it (``wandb_finished``) is equal already."""
     from kiln.experiments.settings.base import LoggerConfig
-    from kiln.experiments.tracking.tracker import FINISHED_FILE, Tracker
-    from kiln.experiments.tracking.wandb_files import read_run
+    from kiln.experiments.tracking.tracker import FINISHED_FILE, STEP_METRIC, Tracker
+    from kiln.experiments.tracking.wandb_files import (
+        has_exit,
+        logged_rows,
+        record_row_key,
+        run_files,
+    )
 
     run_id = (record.get("wandb") or {}).get("run_id")
     directory = Path(job.output_dir)
@@ -150,19 +158,28 @@ def _finish_open_run(record: dict[str, Any], job: JobInfo) -> None:
     marker = directory / FINISHED_FILE
     if marker.is_file() and marker.read_text().strip() == run_id:
         return
+    rows = rerun.history_rows(record)
     try:
-        if "exit_code" in read_run(directory):  # finished by a kiln without the marker
-            marker.write_text(run_id + "\n")
-            return
+        files = run_files(directory, run_id)
+        held = logged_rows(files, STEP_METRIC)
+        ended = has_exit(files)
         cfg = LoggerConfig(**((record.get("config") or {}).get("logger") or {}))
-    except Exception:  # no run files left, or none wandb can read: nothing to finish
+    except Exception:  # a run file wandb cannot read: a resume would log blind
+        return
+    if not files:  # no run files left (deleted): nothing to repair
+        return
+    lacking = [row for row in rows if record_row_key(row) not in held]
+    if ended and not lacking:  # ended by a kiln without the marker
+        marker.write_text(run_id + "\n")
         return
     tracker = Tracker(cfg, job, config=record.get("config"), resume=True)
     tracker.start()
+    logged = tracker.log_missing(rows)
     tracker.summarize(_wandb_summary(record))
     tracker.finish("ok")
     print(f"{job.output_dir}: its W&B run had no end (the job was killed after writing its "
-          f"record): finished it now", flush=True)  # fmt: skip
+          f"record) or lacked rows of it: logged the {logged} missing row(s) and finished it "
+          "now", flush=True)  # fmt: skip
 
 
 def _missing_note(record: dict[str, Any]) -> str | None:
@@ -320,7 +337,7 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
     done = _already_done(cfg, job)  # every rank alike: one may not train alone
     if done is not None:
         print(f"{job.output_dir}: already ended ok with this config, skipped", flush=True)
-        _finish_open_run(done, job)
+        _repair_run(done, job)
         note = _missing_note(done)
         if note is not None:  # the record stands; what a later resume would start from
             print(
@@ -394,7 +411,7 @@ def _train(
     )
     life.track(settings.logger, config=resolved, tags=tags, resume=True)
     if life.tracker is not None and checkpoint is not None:
-        rerun.backfill(life.loggers, checkpoint, life.tracker.logged_through)
+        rerun.backfill(life.tracker, checkpoint)
     with life.measured(trainer.accelerator, trainer.precision):
         with compile_trace(settings.compile.trace, job.output_dir) as trace:
             result = train(settings, resolved, life.loggers, module)

@@ -15,7 +15,7 @@ import torch
 from test_resume import MODULE_KW, assert_same_weights, losses, trainer
 from toy import ToyTokenModule, weights
 
-from kiln.core import fit, read_checkpoint_meta
+from kiln.core import StateChangedError, fit, read_checkpoint_meta
 from kiln.core.callbacks import EMA
 from kiln.core.checkpoints.registry import CheckpointState, Record
 
@@ -104,3 +104,45 @@ def _step_4_weight(run: Path) -> torch.Tensor:
     module = ToyTokenModule(**MODULE_KW)
     load_weights(module, run / "ckpt" / "step-00000004.ckpt")
     return next(iter(weights(module).values()))
+
+
+def _ema_run(tmp_path: Path) -> None:
+    """4 steps with EMA: every checkpoint holds ``callbacks/EMA``."""
+    fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path, 4), callbacks=[EMA(decay=0.9)])
+
+
+def test_a_callbacks_state_with_no_callback_to_take_it_is_refused_by_name(tmp_path) -> None:
+    _ema_run(tmp_path)
+    with pytest.raises(StateChangedError, match=r"callbacks/EMA.*allow_changed_state=true"):
+        fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path, 6, resume="auto"))
+    assert not (tmp_path / "ckpt" / "step-00000006.ckpt").exists()  # refused: trained nothing
+
+
+def test_dropping_a_callbacks_state_deliberately_says_so_once(tmp_path, capsys) -> None:
+    _ema_run(tmp_path)
+    capsys.readouterr()
+    config = trainer(tmp_path, 6, resume="auto", allow_changed_state=True)
+    result = fit(ToyTokenModule(**MODULE_KW), config)
+    assert result.global_step == 6
+    assert result.changed_state == ["callbacks/EMA dropped"]
+    assert capsys.readouterr().out.count("dropped callbacks/EMA") == 1
+    saved = torch.load(tmp_path / "ckpt" / "step-00000006.ckpt" / "meta.pt", weights_only=True)
+    assert "callbacks" not in saved  # dropped, as the run said
+
+    # the callback back on a checkpoint without its state: refused by name, not a KeyError
+    with pytest.raises(StateChangedError, match=r"holds no state for callbacks/EMA"):
+        fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path, 8, resume="auto"),
+            callbacks=[EMA(decay=0.9)])  # fmt: skip
+    config = trainer(tmp_path, 8, resume="auto", allow_changed_state=True)
+    ema = EMA(decay=0.9)
+    result = fit(ToyTokenModule(**MODULE_KW), config, callbacks=[ema])
+    assert result.changed_state == ["callbacks/EMA started fresh"]
+    saved = torch.load(tmp_path / "ckpt" / "step-00000008.ckpt" / "meta.pt", weights_only=True)
+    assert "EMA" in saved["callbacks"]
+
+
+def test_a_resume_with_the_same_callbacks_changes_no_state(tmp_path) -> None:
+    _ema_run(tmp_path)
+    result = fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path, 6, resume="auto"),
+                 callbacks=[EMA(decay=0.9)])  # fmt: skip
+    assert result.changed_state == []

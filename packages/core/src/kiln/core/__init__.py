@@ -34,6 +34,7 @@ _EXPORTS = {
     "CheckpointDirError": "kiln.core.checkpoints.rundir",
     "CheckpointWriteError": "kiln.core.checkpoints.rundir",
     "DamagedCheckpointError": "kiln.core.checkpoints.rundir",
+    "StateChangedError": "kiln.core.checkpoints.registry",
     "launch": "kiln.core.distributed.launch",
     "load_weights": "kiln.core.checkpoints.load",
     "read_checkpoint_meta": "kiln.core.checkpoints.load",
@@ -57,6 +58,7 @@ __all__ = [
     "NonFiniteLossError",
     "NonFiniteWeightsError",
     "ProfileConfig",
+    "StateChangedError",
     "Stateful",
     "TrainerConfig",
     "fit",
@@ -73,7 +75,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from kiln.core.callback_points import Callback
     from kiln.core.callbacks.handle import FitHandle
     from kiln.core.checkpoints.load import load_weights, read_checkpoint_meta
-    from kiln.core.checkpoints.registry import CheckpointState, Stateful
+    from kiln.core.checkpoints.registry import CheckpointState, StateChangedError, Stateful
     from kiln.core.checkpoints.rundir import (
         CheckpointDirError,
         CheckpointWriteError,

@@ -118,6 +118,11 @@ def is_stateful(callback: Any) -> bool:
 class CallbackStates:
     """The stateful callbacks of a run, one checkpoint entry (``"callbacks"``).
 
+    On load, what does not match stays to be judged by the resume (``loop/resume.py``),
+    which refuses it unless told to go on: :attr:`dropped` holds the checkpoint's
+    ``callbacks/<key>`` no callback of this run takes, :attr:`fresh` this run's callbacks
+    the checkpoint holds no state for (they keep the state they were built with).
+
     Args:
         callbacks: The objects passed to ``fit(callbacks=...)``.
 
@@ -127,6 +132,8 @@ class CallbackStates:
 
     def __init__(self, callbacks: Sequence[Any]) -> None:
         self.stateful: dict[str, Any] = {}
+        self.dropped: list[str] = []
+        self.fresh: list[str] = []
         for callback in callbacks:
             if not is_stateful(callback):
                 continue
@@ -145,11 +152,12 @@ class CallbackStates:
         return {key: callback.state_dict() for key, callback in self.stateful.items()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        missing = [key for key in self.stateful if key not in state]
-        if missing:
-            raise KeyError(
-                f"the checkpoint holds no state for callbacks {missing} (it has "
-                f"{sorted(state)}); was it saved by a run without them?"
-            )
+        self.dropped = [f"callbacks/{key}" for key in state if key not in self.stateful]
+        self.fresh = [f"callbacks/{key}" for key in self.stateful if key not in state]
         for key, callback in self.stateful.items():
-            callback.load_state_dict(state[key])
+            if key in state:
+                callback.load_state_dict(state[key])
+
+    def load_missing(self, path: Any) -> None:
+        """A checkpoint without the entry (its run had no stateful callback)."""
+        self.load_state_dict({})

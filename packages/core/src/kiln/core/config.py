@@ -202,6 +202,11 @@ class TrainerConfig:
     resume: str | None = None
     """``None`` (fresh run), ``"auto"`` (newest complete checkpoint in checkpoint_dir, if any),
     or a checkpoint path."""
+    allow_changed_state: bool = False
+    """Resume a checkpoint whose registered state differs from this run's: a callback's state
+    with no callback to take it is dropped, a stateful callback the checkpoint holds nothing
+    for starts fresh; the run says which once (``FitResult.changed_state``). ``False``
+    refuses such a resume (``StateChangedError``, naming each key)."""
     warmup_steps: int = 3
     """Optimizer steps excluded from the steady-state step time (compilation, caches)."""
     progress: bool = True

@@ -42,6 +42,9 @@ class FitResult:
     # with stop_reason "signal": the signal that stopped it at a step boundary ("SIGTERM")
     stop_signal: str | None = None
     run_id: str | None = None  # the run's id in its checkpoint dir's run.json and checkpoints
+    # with trainer.allow_changed_state: the checkpoint's state this attempt dropped and the
+    # callbacks' state it started fresh ("callbacks/EMA"), as the resume said
+    changed_state: list[str] = field(default_factory=list)
 
 
 _SAVED = ("global_step", "epoch", "batch_in_epoch", "skipped_steps")
@@ -63,6 +66,7 @@ class RunState:
     stop_reason: str | None = None  # a callback asked the run to stop (saved: resume stays stopped)
     stop_signal: str | None = None  # a signal stopped it at a step boundary (never saved)
     run_id: str | None = None  # set by the resume stage: kept across restarts
+    changed_state: list[str] = field(default_factory=list)  # the resume's (never saved)
     micro_batch_flops: int | None = None  # forward + backward FLOPs of one micro-batch
     grad_bytes: int | None = None  # this rank's gradients, read at the first step (never saved)
     precision_audit: dict[str, Any] | None = None  # trainer.precision_audit's record (never saved)
@@ -105,6 +109,7 @@ class RunState:
             stop_reason=self.stop_reason,
             stop_signal=self.stop_signal,
             run_id=self.run_id,
+            changed_state=list(self.changed_state),
         )
 
 

@@ -17,7 +17,19 @@ from typing import Any
 
 from torch.distributed.checkpoint.stateful import Stateful
 
-__all__ = ["CheckpointState", "Record", "Stateful", "by_entry"]
+__all__ = [
+    "ALLOW_SWITCH",
+    "CheckpointState",
+    "Record",
+    "StateChangedError",
+    "Stateful",
+    "by_entry",
+    "state_refusal",
+    "unclaimed",
+]
+
+ALLOW_SWITCH = "trainer.allow_changed_state=true"
+"""How a resume says it means to go on with state the checkpoint and the run do not share."""
 
 # a checkpoint of 05087a5 or earlier keeps these at its top level
 _LOOP_KEYS = (
@@ -67,6 +79,45 @@ class CheckpointState:
     def objects(self) -> dict[str, Any]:
         """Key -> registered object, for ``save_checkpoint`` and ``load_checkpoint``."""
         return dict(self._entries)
+
+
+class StateChangedError(ValueError):
+    """A resume would drop state the checkpoint holds that no part of this run takes (a
+    callback's, with no callback to take it), or start fresh a callback's state the
+    checkpoint lacks; the message names each key and the opt-out (:data:`ALLOW_SWITCH`)."""
+
+
+def unclaimed(remainder: dict[str, Any]) -> list[str]:
+    """The keys of ``remainder`` (what a loaded checkpoint held that no registered object
+    took), a ``"callbacks"`` entry as each callback's ``callbacks/<key>``."""
+    keys: list[str] = []
+    for key, value in remainder.items():
+        if key == "callbacks" and isinstance(value, dict) and value:
+            keys.extend(f"callbacks/{k}" for k in value)  # pyright: ignore[reportUnknownVariableType]
+        else:
+            keys.append(key)
+    return sorted(keys)
+
+
+def state_refusal(path: Any, dropped: list[str], fresh: list[str]) -> str:
+    """The one-line refusal of a resume whose state differs from the checkpoint's: what
+    would be dropped, what would start fresh, and the ways on."""
+    parts = []
+    if dropped:
+        parts.append(
+            f"holds state that no part of this run takes: {', '.join(dropped)} (resuming "
+            "would drop it from every later checkpoint)"
+        )
+    if fresh:
+        parts.append(
+            f"holds no state for {', '.join(fresh)} (its run had no such callback, or dropped "
+            "its state; it would start fresh here)"
+        )
+    return (
+        f"checkpoint {path} {'; and it '.join(parts)}: resume with the same stateful "
+        f"callbacks as the run that wrote it, or go on deliberately with {ALLOW_SWITCH} "
+        "(TrainerConfig(allow_changed_state=True))"
+    )
 
 
 class Record:

@@ -19,8 +19,10 @@ from typing import Any
 
 import torch
 
+from kiln.core.callback_points import CallbackStates
 from kiln.core.checkpoints.load import load_checkpoint
 from kiln.core.checkpoints.lookup import checkpoint_candidates
+from kiln.core.checkpoints.registry import StateChangedError, state_refusal, unclaimed
 from kiln.core.checkpoints.rng import RngStreams
 from kiln.core.checkpoints.rundir import (
     CheckpointDirError,
@@ -91,13 +93,14 @@ def _load(ctx: Context, run: RunState, world: WorldRecord, damaged: list[Path]) 
         if STATE_KEY in ctx.state:  # a stream refuses another world, naming the checkpoint
             ctx.state[STATE_KEY].path = path
         try:
-            load_checkpoint(ctx.fabric, path, ctx.state.objects())
+            remainder = load_checkpoint(ctx.fabric, path, ctx.state.objects())
         except DamagedCheckpointError as error:
             if trainer.resume != "auto":
                 raise
             warnings.warn(f"{error}; falling back to the previous checkpoint", stacklevel=2)
             damaged.append(path)
             continue
+        _check_state(ctx, run, path, remainder)
         if not is_stream(ctx.train_loader):
             _check_world_size(ctx, path, world.saved, run)
         if ctx.state["rng"].loaded is None:  # another world's: a fresh one per rank and step
@@ -112,6 +115,32 @@ def _load(ctx: Context, run: RunState, world: WorldRecord, damaged: list[Path]) 
             "with resume=None in a new checkpoint_dir"
         )
     return None
+
+
+def _check_state(ctx: Context, run: RunState, path: Path, remainder: dict[str, Any]) -> None:
+    """Registered state is never dropped silently: state the checkpoint holds that no
+    registered object took (a callback's, with no callback to take it), or a stateful
+    callback the checkpoint holds nothing for, is refused by name unless
+    ``trainer.allow_changed_state``; then the run says once what changed and keeps it in
+    ``run.changed_state``.
+
+    Raises:
+        StateChangedError: They differ and ``trainer.allow_changed_state`` is false.
+    """
+    dropped, fresh = unclaimed(remainder), list[str]()
+    if "callbacks" in ctx.state:  # the stateful callbacks: what each took and left
+        callbacks: CallbackStates = ctx.state["callbacks"]
+        dropped, fresh = sorted([*dropped, *callbacks.dropped]), callbacks.fresh
+    if not dropped and not fresh:
+        return
+    if not ctx.trainer.allow_changed_state:
+        raise StateChangedError(state_refusal(path, dropped, fresh))
+    said = [f"dropped {', '.join(dropped)}"] if dropped else []
+    said += [f"started {', '.join(fresh)} fresh"] if fresh else []
+    ctx.fabric.print(
+        f"resuming {path} with changed state (allow_changed_state=true): {'; '.join(said)}"
+    )
+    run.changed_state = [*(f"{k} dropped" for k in dropped), *(f"{k} started fresh" for k in fresh)]
 
 
 def _candidates(trainer: Any) -> list[Path]:

@@ -13,7 +13,7 @@ from kiln.experiments.settings.job_info import STOPPED, TRAIN, JobInfo
 from kiln.experiments.tracking.summary import wandb_summary
 from kiln.experiments.tracking.tags import run_tags
 from kiln.experiments.tracking.tracker import import_early
-from kiln.experiments.train import data_identity, preflight, rerun
+from kiln.experiments.train import checkpoint_state, data_identity, preflight, rerun
 from kiln.experiments.train.worker import global_rank, in_process, train
 
 if TYPE_CHECKING:
@@ -382,6 +382,8 @@ def _run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
             module = preflight.build_checked(settings)
             # the data the checkpoint was trained on, against the data now
             data_identity.check(module, checkpoint, job.output_dir, attempts)
+            # the callbacks' state the checkpoint holds, against the callbacks now
+            checkpoint_state.check(settings, checkpoint, job.output_dir, attempts)
             if not in_process(trainer):
                 module = None  # the workers build their own
         with stage("train"):

@@ -128,18 +128,26 @@ def test_a_rerun_logs_the_rows_the_wandb_run_lacks(tmp_path):
     assert summary(job_dir) == before
 
 
+def end_after_record(tmp_path: Path, end: str) -> tuple[Path, list[str], Any]:
+    """``kiln-train`` (4 steps, a row each) into ``<tmp_path>/job``, ended right after its
+    final ``summary.json`` write (``kill_after_record.py``: ``sigkill``, or ``sigterm`` to W&B's
+    service and the job); returns the job dir, its arguments and the ended process."""
+    job_dir = tmp_path / "job"
+    args = [*FAST, f"hydra.run.dir={job_dir}", "trainer.log_every_n_steps=1"]
+    env = {**user_env(), "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline", "KILN_END": end}
+    ended = subprocess.run(
+        [sys.executable, str(HERE / "kill_after_record.py"), *args],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    return job_dir, args, ended
+
+
 @pytest.mark.process
 def test_a_sigkill_after_the_record_loses_no_wandb_row(tmp_path):
     """The reporter's case: SIGKILL right after the final ``summary.json`` write (W&B's
     process, left alone, wrote none of the rows: a 7-byte file); the same command again
     skips the finished job and leaves its run with every row of the record, once."""
-    job_dir = tmp_path / "job"
-    args = [*FAST, f"hydra.run.dir={job_dir}", "trainer.log_every_n_steps=1"]
-    env = {**user_env(), "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
-    killed = subprocess.run(
-        [sys.executable, str(HERE / "kill_after_record.py"), *args],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+    job_dir, args, killed = end_after_record(tmp_path, "sigkill")
     assert killed.returncode == -signal.SIGKILL, explain(killed)
     before = summary(job_dir)
     assert before["status"] == "ok", explain(killed)
@@ -148,6 +156,26 @@ def test_a_sigkill_after_the_record_loses_no_wandb_row(tmp_path):
     proc = run_train(args, tmp_path)
     assert proc.returncode == 0, explain(proc)
     assert "skipped" in proc.stdout and "finished it now" in proc.stdout, explain(proc)
+    assert read_run(job_dir)["exit_code"] == 0
+    assert summary(job_dir) == before
+    assert_rows_equal(job_dir, before)
+
+
+@pytest.mark.process
+def test_a_sigterm_to_the_job_and_wandb_after_the_record_ends_it_ok(tmp_path):
+    """SLURM's ``scancel`` or preemption after the last step signals every process of the
+    job, W&B's service too: the job ends as ``ok`` with its whole record and no traceback
+    (the run cannot end: its service is gone), and a re-run gives the run every row, once."""
+    job_dir, args, stopped = end_after_record(tmp_path, "sigterm")
+    assert stopped.returncode == 128 + signal.SIGTERM, explain(stopped)
+    assert "Traceback" not in stopped.stdout + stopped.stderr, explain(stopped)
+    before = summary(job_dir)
+    assert (before["status"], before["global_step"]) == ("ok", 4), explain(stopped)
+    assert len(before["history"]) == 4 and len(before["validation_history"]) == 1
+
+    proc = run_train(args, tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    assert "finished it now" in proc.stdout, explain(proc)
     assert read_run(job_dir)["exit_code"] == 0
     assert summary(job_dir) == before
     assert_rows_equal(job_dir, before)

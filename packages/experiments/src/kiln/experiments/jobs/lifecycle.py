@@ -409,17 +409,19 @@ class Lifecycle:
                 elif record.get("stopped_in"):  # stopped away from a step boundary
                     stop = {k: record[k] for k in ("stop_reason", "stop_signal")}
                     record = self.record = {**self.keep_progress(self.before, record), **stop}
-            write_job_json(Path(self.job.output_dir) / self.kind.file, record)
+            job_dir = self.job.output_dir
+            write_job_json(Path(job_dir) / self.kind.file, job_files.relocatable(record, job_dir))
         if self.tracker is None:
             return
         try:
             self._finish_tracker()
         except Exception as error:
-            if not stopping:
+            if not stopping and not self.held:
                 raise
-            # SLURM signals every process of the job, W&B's service too: the stop (a requeue)
-            # goes on, and the resumed attempt logs the rows the run lacks
+            # SLURM signals every process of the job, W&B's service too: the stop (a requeue,
+            # or a job that had ended) goes on, and its re-run logs the rows the run lacks
             log.warning("finishing the W&B run failed while stopping: %r", error)
+            self.tracker.abandon()
 
     def _finish_tracker(self) -> None:
         assert self.tracker is not None

@@ -222,7 +222,14 @@ class Tracker:
 
     def finish(self, status: str = "ok", error: str | None = None) -> None:
         """Finish the run once with ``status`` in its summary: ``ok`` exits 0; ``failed``
-        (with ``error`` as reason) and ``stopped`` (a signal stopped it) exit 1."""
+        (with ``error`` as reason) and ``stopped`` (a signal stopped it) exit 1.
+
+        Raises:
+            Exception: W&B's error when the run cannot end (its service is gone: SLURM
+                signals every process of a job); this process's W&B connection is dropped
+                first, so its exit adds no second traceback and a later run starts a new
+                service. The run stays without its end: a re-run of the job ends it.
+        """
         if self.finished:
             return
         self.finished = True
@@ -233,10 +240,24 @@ class Tracker:
             if isinstance(logger, CSVLogger):  # W&B's logger is finished with its run
                 logger.finalize(status)
         if self.run is not None:
-            self.run.summary.update({"status": status, "error": error})
-            self.run.finish(exit_code=0 if status == "ok" else 1)
+            try:
+                self.run.summary.update({"status": status, "error": error})
+                self.run.finish(exit_code=0 if status == "ok" else 1)
+            except Exception:
+                self.abandon()
+                raise
             if self.resume:
                 (Path(self.job.output_dir) / FINISHED_FILE).write_text(self.run.id + "\n")
+
+    def abandon(self) -> None:
+        """Give up a run that cannot end (W&B's service is gone: SLURM signals every process
+        of a job): tear down this process's W&B connection, so its exit adds no second
+        traceback and a later run starts a new service. A re-run of the job ends the run."""
+        self.finished = True
+        import wandb
+
+        with contextlib.suppress(Exception):
+            wandb.teardown()
 
     def __enter__(self) -> Tracker:
         return self.start()

@@ -102,7 +102,7 @@ def _requeue(job: JobInfo, requeued: Requeued) -> dict[str, Any]:
 
     from kiln.core.distributed.stop import hand_over
     from kiln.experiments.jobs.lifecycle import one_line_reason
-    from kiln.experiments.settings.job_info import write_job_json
+    from kiln.experiments.settings.job_files import relocatable, write_job_json
 
     # a requeue makes SLURM send SIGTERM to the job at once: nothing is left to record
     signal.signal(signal.SIGTERM, lambda *_: None)
@@ -118,7 +118,8 @@ def _requeue(job: JobInfo, requeued: Requeued) -> dict[str, Any]:
                 rerun.end_attempt(
                     job.output_dir, attempts, "failed", step, error=requeued.record["error"]
                 )
-            write_job_json(Path(job.output_dir) / TRAIN.file, requeued.record)
+            record = relocatable(requeued.record, job.output_dir)
+            write_job_json(Path(job.output_dir) / TRAIN.file, record)
         raise
     return requeued.record
 
@@ -142,6 +143,7 @@ def _repair_run(record: dict[str, Any], job: JobInfo) -> None:
     not written yet. The run is resumed, gets exactly the record's rows it lacks (by kind
     and step), the record's summary and an ``ok`` end. Writer only; a run whose last
     attempt ended it (``wandb_finished``) is equal already."""
+    from kiln.experiments.jobs.lifecycle import one_line_reason
     from kiln.experiments.settings.base import LoggerConfig
     from kiln.experiments.tracking.tracker import FINISHED_FILE, STEP_METRIC, Tracker
     from kiln.experiments.tracking.wandb_files import (
@@ -173,10 +175,16 @@ def _repair_run(record: dict[str, Any], job: JobInfo) -> None:
         marker.write_text(run_id + "\n")
         return
     tracker = Tracker(cfg, job, config=record.get("config"), resume=True)
-    tracker.start()
-    logged = tracker.log_missing(rows)
-    tracker.summarize(_wandb_summary(record))
-    tracker.finish("ok")
+    try:
+        tracker.start()
+        logged = tracker.log_missing(rows)
+        tracker.summarize(_wandb_summary(record))
+        tracker.finish("ok")
+    except Exception as error:  # the record stands; the next re-run tries again
+        print(f"{job.output_dir}: its W&B run lacks rows or its end, and could not be "
+              f"repaired now ({one_line_reason(error)}): a later re-run tries again",
+              flush=True)  # fmt: skip
+        return
     print(f"{job.output_dir}: its W&B run had no end (the job was killed after writing its "
           f"record) or lacked rows of it: logged the {logged} missing row(s) and finished it "
           "now", flush=True)  # fmt: skip

@@ -4,6 +4,7 @@
 #   make test-all  the full tier: + real-process and SLURM tests (what CI runs)
 #   make bench   a small compile x precision benchmark sweep on the CPU, and its report
 #   make test-slurm  start a local two-node SLURM cluster (root), then the `slurm` tests
+#   make test-crash  kill a job at every write of its record, re-run it, compare the record
 # Both install what they need first (uv itself included) from the committed uv.lock.
 
 PYTHON ?= python3
@@ -19,7 +20,7 @@ export TOKENIZERS_PARALLELISM ?= false
 
 BENCH_DIR := outputs/bench/$(shell date +%Y-%m-%d_%H-%M-%S)
 
-.PHONY: setup train test test-all test-slow test-slurm bench lint format clean
+.PHONY: setup train test test-all test-slow test-slurm test-crash bench lint format clean
 
 # `make test-all` runs the `slurm` tests too when a SLURM cluster answers (CI starts one).
 SLURM_UP = $(shell scripts/slurm_local.sh status >/dev/null 2>&1 && echo 1)
@@ -60,6 +61,12 @@ test-slow: setup
 test-slurm: setup
 	scripts/slurm_local.sh --nodes 2
 	$(RUN) pytest -m slurm $(ARGS)
+
+# Crash points: a job killed at every occurrence of every kind of write of its record (SIGKILL
+# and SIGTERM), re-run, and compared with an uninterrupted run; make test-all covers the first
+# and last of each kind (tests/experiments/test_crash_points.py).
+test-crash: setup
+	$(RUN) python tests/experiments/crash_points.py outputs/crash/$(shell date +%Y-%m-%d_%H-%M-%S) --every $(ARGS)
 
 # The leading '-' lets the report run when a job failed: the sweep then exits 1, and the
 # failure is a row of the table with its reason.

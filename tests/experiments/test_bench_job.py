@@ -105,7 +105,8 @@ def test_tiny_bench_sweep_end_to_end(tmp_path):
         assert record["model"] == "bert-tiny-cls" and record["precision"] == "32-true"
         assert record["speedup"] > 0 and record["accuracy"]["ok"]
         assert record["machine"]["torch"] and record["config"]["bench"]["repeats"] == 3
-        assert record["wandb"] and Path(record["wandb"]["dir"]).is_dir()  # one W&B run per job
+        wandb_dir = Path(record["output_dir"]) / record["wandb"]["dir"]
+        assert wandb_dir.is_dir() and not Path(record["wandb"]["dir"]).is_absolute()
     assert records[0]["accuracy"]["grad_rel_err"] == 0.0  # the control: eager against eager
 
     assert report_main([str(sweep_dir), "--quiet", "--wandb"]) == 0

@@ -64,7 +64,7 @@ def test_two_job_sweep_runs_each_job_as_two_slurm_tasks(tmp_path):
         # one W&B run per job, written by rank 0 only
         runs = sorted((job_dir / "wandb").glob("offline-run-*"))
         assert len(runs) == 1, runs
-        assert record["wandb"]["dir"] == str(runs[0])
+        assert record["wandb"]["dir"] == str(runs[0].relative_to(job_dir))
         run = wandb_files.read_run(runs[0])
         assert "devices:2" in run["tags"]
         logged = [r for r in wandb_files.read_history(runs[0]) if "train/loss" in r]

@@ -81,7 +81,7 @@ TWO_NODES = ["launcher=slurm", "hydra.launcher.partition=debug", "trainer.num_no
 
 def final_weights(record: dict[str, Any]) -> dict[str, torch.Tensor]:
     """The model tensors of the job's last checkpoint."""
-    checkpoint = Path(record["checkpoint"])
+    checkpoint = Path(record["output_dir"]) / record["checkpoint"]  # relative to the job
     return saved_state(checkpoint, Path(tempfile.mkdtemp()))["model"]
 
 

@@ -7,6 +7,8 @@ count on all three, recorded in each job's machine block and checkpoint."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from test_slurm_multinode import (
     assert_same_weights,
     final_weights,
@@ -41,4 +43,5 @@ def test_slurm_local_workers_and_torchrun_end_bit_identical(monkeypatch, tmp_pat
     for name, record in records.items():
         assert record["machine"]["threads_per_rank"] == expected, name
         # what fit computed with (torch's count when it saved), not only what was asked
-        assert read_checkpoint_meta(record["checkpoint"])["threads_per_rank"] == expected, name
+        checkpoint = Path(record["output_dir"]) / record["checkpoint"]
+        assert read_checkpoint_meta(checkpoint)["threads_per_rank"] == expected, name

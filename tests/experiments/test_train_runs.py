@@ -20,7 +20,7 @@ def assert_wandb_holds_every_logged_row(job_dir, record):
     training row of the job's history, the validation metrics and the telemetry."""
     runs = wandb_run_dirs(job_dir)
     assert len(runs) == 1, runs
-    assert record["wandb"]["dir"] == str(runs[0])
+    assert record["wandb"]["dir"] == str(runs[0].relative_to(job_dir))
     history = wandb_files.read_history(runs[0])
     train_rows = [r for r in history if "train/loss" in r]
     assert [r["trainer/global_step"] for r in train_rows] == [r["step"] for r in record["history"]]

@@ -50,7 +50,7 @@ def test_an_explicit_count_is_what_the_ranks_compute_with_and_what_is_recorded(a
     assert second["status"] == "ok" and second["global_step"] == 6
     assert second["machine"]["threads_per_rank"] == 1
     # the checkpoint holds the count fit computed with (torch's, not the config's)
-    assert read_checkpoint_meta(second["checkpoint"])["threads_per_rank"] == 1
+    assert read_checkpoint_meta(job_dir / second["checkpoint"])["threads_per_rank"] == 1
     last = sorted(find_run_files(job_dir))[-1]  # the second attempt's file of the one W&B run
     config = read_run(last)["config"]
     assert config["machine"]["threads_per_rank"] == 1

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 TEMP_SUFFIX = ".tmp"
 """How a temporary file ends (a killed writer's is removed by ``rundir.remove_leftovers``)."""
+
+commit_observers: list[Callable[[Path], None]] = []
+"""Called with each path :func:`replace_synced` commits (a job's record file, a checkpoint
+directory, ``run.json``), once it is in place and durable: the points where a job's record
+changes, at which kiln's crash tests kill a job (``tests/experiments/crash_points.py``).
+Empty unless a test adds one."""
 
 
 def fsync_path(path: Path) -> None:
@@ -47,6 +54,8 @@ def replace_synced(temp: Path, final: Path) -> None:
     """Rename the complete, fsynced ``temp`` over ``final`` and fsync their directory."""
     os.replace(temp, final)
     fsync_directory(final.parent)
+    for observer in commit_observers:
+        observer(final)
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> Path:

@@ -215,3 +215,28 @@ def clear_refusals(sweep_dir: str | os.PathLike[str]) -> None:
     import shutil
 
     shutil.rmtree(Path(sweep_dir) / REFUSED_NOTES, ignore_errors=True)
+
+
+WHERE_IT_RAN = ("output_dir", "sweep_dir", "config")
+"""Record keys that say where and how the job ran, as it ran (kept absolute): the resolved
+config (a re-run compares it) and the directories Hydra gave it."""
+
+
+def relocatable(record: dict[str, Any], job_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """``record`` with every path it holds inside ``job_dir`` (a checkpoint, the W&B run's
+    directory, a trace) made relative to it, so a moved or copied job reads its own files;
+    :data:`WHERE_IT_RAN` stays as it is."""
+    root = _key(job_dir)
+
+    def relative(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: relative(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [relative(v) for v in value]
+        if isinstance(value, str) and value.startswith(os.sep):
+            path = Path(value)
+            if path == root or path.is_relative_to(root):
+                return str(path.relative_to(root))
+        return value
+
+    return {k: v if k in WHERE_IT_RAN else relative(v) for k, v in record.items()}

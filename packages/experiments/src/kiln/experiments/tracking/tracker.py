@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kiln.experiments.settings import job_files
 from kiln.experiments.settings.base import LoggerConfig
 from kiln.experiments.settings.dotted import flatten
 from kiln.experiments.settings.job_info import JobInfo
@@ -141,7 +142,7 @@ class Tracker:
             run_id = secrets.token_hex(4)  # W&B ids: lowercase letters and digits
         if self.resume:
             id_file.parent.mkdir(parents=True, exist_ok=True)
-            id_file.write_text(run_id + "\n")
+            job_files.write(id_file, run_id + "\n")
             (id_file.parent / FINISHED_FILE).unlink(missing_ok=True)  # open again
         self.run = _init_when_free(
             wandb,
@@ -247,7 +248,7 @@ class Tracker:
                 self.abandon()
                 raise
             if self.resume:
-                (Path(self.job.output_dir) / FINISHED_FILE).write_text(self.run.id + "\n")
+                job_files.write(Path(self.job.output_dir) / FINISHED_FILE, self.run.id + "\n")
 
     def abandon(self) -> None:
         """Give up a run that cannot end (W&B's service is gone: SLURM signals every process

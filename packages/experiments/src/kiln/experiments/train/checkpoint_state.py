@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-# the attempts file as rerun writes it (where write_job_json lives is rerun's to know)
-from kiln.experiments.train.rerun import ATTEMPTS_FILE, write_job_json
+from kiln.experiments.settings.job_files import write_job_json
+from kiln.experiments.train.rerun import ATTEMPTS_FILE
 
 
 def saved_callbacks(checkpoint: Path) -> list[str]:
@@ -60,7 +60,8 @@ def check(
         StateChangedError: They differ and ``trainer.allow_changed_state`` is false; the
             message names each key and the ways on.
     """
-    from kiln.core.checkpoints.registry import StateChangedError, state_refusal
+    from kiln.core import StateChangedError
+    from kiln.core.checkpoints.registry import state_refusal
 
     if checkpoint is None:
         return []

@@ -26,7 +26,8 @@ from typing import Any
 
 from kiln.core.config import check_global_batch
 from kiln.experiments.settings.dotted import flatten, select
-from kiln.experiments.settings.job_info import TRAIN, write_job_json
+from kiln.experiments.settings.job_files import write_job_json
+from kiln.experiments.settings.job_info import TRAIN
 
 ATTEMPTS_FILE = "attempts.json"
 

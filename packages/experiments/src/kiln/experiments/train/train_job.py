@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -144,6 +145,7 @@ def _repair_run(record: dict[str, Any], job: JobInfo) -> None:
     and step), the record's summary and an ``ok`` end. Writer only; a run whose last
     attempt ended it (``wandb_finished``) is equal already."""
     from kiln.experiments.jobs.lifecycle import one_line_reason
+    from kiln.experiments.settings import job_files
     from kiln.experiments.settings.base import LoggerConfig
     from kiln.experiments.tracking.tracker import FINISHED_FILE, STEP_METRIC, Tracker
     from kiln.experiments.tracking.wandb_files import (
@@ -172,7 +174,7 @@ def _repair_run(record: dict[str, Any], job: JobInfo) -> None:
         return
     lacking = [row for row in rows if record_row_key(row) not in held]
     if ended and not lacking:  # ended by a kiln without the marker
-        marker.write_text(run_id + "\n")
+        job_files.write(marker, run_id + "\n")
         return
     tracker = Tracker(cfg, job, config=record.get("config"), resume=True)
     try:
@@ -225,17 +227,35 @@ def run_job(cfg: Any, job: JobInfo) -> dict[str, Any]:
     """
     from contextlib import nullcontext
 
-    from kiln.experiments.jobs.lock import JobDirBusyError, job_dir_lock, restore_hydra_files
+    from kiln.experiments.jobs.lock import JobDirBusyError, job_dir_lock
 
     try:  # the job's one writer holds its directory (released by the OS however it ends)
         with job_dir_lock(job.output_dir) if global_rank() == 0 else nullcontext():
             try:
-                return _run_job(cfg, job)
+                record = _run_job(cfg, job)
             except Requeued as requeued:
                 return _requeue(job, requeued)
     except JobDirBusyError as busy:  # the directory is another process's: write nothing there
-        restore_hydra_files(job.output_dir)  # Hydra wrote this job's config over the holder's
-        return {**_record(cfg, job), "error": str(busy), "error_stage": "config"}
+        record = {**_record(cfg, job), "error": str(busy), "error_stage": "config"}
+    if record.get("status") == TRAIN.failed_status and global_rank() == 0:
+        _note_refused(job, record)
+    return record
+
+
+def _note_refused(job: JobInfo, record: dict[str, Any]) -> None:
+    """A job refused in an earlier job's directory, which keeps its record: a single run says
+    so in one line; a sweep's job leaves a note the end-of-sweep check names and exits
+    non-zero on (``SweepStatus``)."""
+    from kiln.experiments.settings import job_files
+
+    if job_files.state(job.output_dir) == "owned":
+        return  # the job's own record says it failed
+    if job.sweep_dir is None:  # it exits non-zero; the line a user can copy, unwrapped
+        print(f"{job.output_dir}: refused, its record stays as it was: {record.get('error')}",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return
+    name = str(Path(job.output_dir).resolve().relative_to(Path(job.sweep_dir).resolve()))
+    job_files.note_refusal(job.sweep_dir, name.replace("/", "_"), record.get("error"))
 
 
 def _checked_config(

@@ -17,9 +17,11 @@ on the stop by re-raising it to the previous handler calls :func:`hand_over`.
 Where no step boundary is near, SIGTERM and SIGINT act at once, through the previous handler,
 and the exception it raises names where (``kiln_stop_phase``): before the first step ends
 (the first batch: a shuffle buffer's fill; the first step: compilation), nothing is lost
-since the run started or resumed; a single process's validation checks after each batch
-(:func:`act_on_stop_request`) and stops there (a re-run resumes from the last checkpoint and
-repeats that validation). SLURM jobs keep the step boundary.
+since the run started or resumed. A single process's validation runs after its step is
+done: it checks after each batch (:func:`stop_requested_in_validation`), ends there without
+metrics, and the run stops at that step like any other, with its checkpoint (the step's
+training is kept; its validation is not recorded). SLURM jobs and several processes finish
+the validation first.
 """
 
 from __future__ import annotations
@@ -142,12 +144,11 @@ def _act_now(signum: int, frame: Any, where: str) -> None:
         raise
 
 
-def act_on_stop_request() -> None:
-    """Act now on a SIGTERM or SIGINT that came during a stretch of the loop that checks
-    (a single process's validation, after each batch): see the module doc."""
-    where, signum = _REQUEST.far, _REQUEST.signum
-    if where is not None and _REQUEST.checked and signum:
-        _act_now(signum, None, where)
+def stop_requested_in_validation() -> bool:
+    """Whether a SIGTERM or SIGINT came during the stretch of the loop that checks (a single
+    process's validation, after each batch): it ends there, and the run stops at its step
+    with a checkpoint (see the module doc)."""
+    return _REQUEST.far is not None and _REQUEST.checked and bool(_REQUEST.signum)
 
 
 def _call_previous(previous: Any, signum: int, frame: Any) -> None:
@@ -254,6 +255,8 @@ class StopPoll:
             _far(f"validation at step {self.step or 0}", checked=True)
 
     def on_validation_end(self) -> None:
+        if stop_requested_in_validation():  # one process: its own request is the answer
+            self.signum = _REQUEST.signum
         _far(None if self.step is not None else "the first batch")
 
     def __call__(self) -> int:

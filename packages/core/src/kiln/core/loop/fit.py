@@ -147,7 +147,7 @@ def train(
     while run.global_step < ctx.total_steps and run.stop_reason is None:
         out = train_step(ctx, run, next(windows))
         ctx.callbacks("on_step_end", run.global_step)  # the stop poll answers last
-        periodic.after_step(out, interrupted=bool(poll.signum))
+        periodic.after_step(out, interrupted=lambda: bool(poll.signum))
         if poll.signum:  # after the checkpoint: a resumed run must not stay stopped
             run.stop_reason, run.stop_signal = "signal", signal.Signals(poll.signum).name
     periodic.wait_for_checkpoints()  # the last one in place before anyone reads it

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any, cast
 
@@ -52,10 +52,11 @@ class LogValidateCheckpoint:
         self._async = ctx.fabric.device.type == "cuda" if wanted is None else wanted
         self._committing: Path | None = None  # the periodic checkpoint being written
 
-    def after_step(self, out: StepOutput, interrupted: bool = False) -> None:
+    def after_step(self, out: StepOutput, interrupted: Callable[[], bool] = lambda: False) -> None:
         """Log, validate and checkpoint as ``trainer`` says; all three at the last step.
 
-        ``interrupted``: a signal stops the run after this step; it is checkpointed, and
+        ``interrupted``: whether a signal stops the run after this step (asked after the
+        validation, which a signal to one process ends early); it is checkpointed, and
         logged and validated only where its cadence says (a resumed run logs the rest).
         """
         trainer, run = self.ctx.trainer, self.run
@@ -72,7 +73,7 @@ class LogValidateCheckpoint:
             if not logged:
                 self.log(out.grad_norm)
         if trainer.checkpoint_dir is not None and (
-            done or interrupted or _every(run.global_step, trainer.checkpoint_every_n_steps)
+            done or interrupted() or _every(run.global_step, trainer.checkpoint_every_n_steps)
         ):
             self.checkpoint()
         requested, self._at_step_end = self._at_step_end, []

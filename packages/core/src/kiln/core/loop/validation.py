@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from kiln.core.checkpoints.rng import capture_rng_state, restore_rng_state
-from kiln.core.distributed.stop import act_on_stop_request
+from kiln.core.distributed.stop import stop_requested_in_validation
 from kiln.core.loop.data import dataset_size, gather_in_order
 from kiln.core.loop.precision import call_step_hook
 from kiln.core.loop.step import kept
@@ -28,6 +28,10 @@ def validate(ctx: Context, step: int) -> dict[str, float] | None:
     rng = capture_rng_state()
     outputs = _validation_outputs(ctx)
     restore_rng_state(rng)
+    if outputs is None:  # a signal ended it: no metrics, the run stops at this step
+        fabric.print(f"validation at step {step} stopped before its end: no metrics recorded")
+        ctx.callbacks("on_validation_end")  # the stop poll takes the request here
+        return None
     size = dataset_size(ctx.val_loader)
     gathered = {k: gather_in_order(fabric, torch.cat(v), size) for k, v in outputs.items()}
     compute: Callable[[dict[str, torch.Tensor]], Mapping[str, Any]] | None = getattr(
@@ -45,8 +49,9 @@ def validate(ctx: Context, step: int) -> dict[str, float] | None:
     return metrics
 
 
-def _validation_outputs(ctx: Context) -> dict[str, list[torch.Tensor]]:
-    """This rank's ``validation_step`` outputs, by key, in eval mode and without grad."""
+def _validation_outputs(ctx: Context) -> dict[str, list[torch.Tensor]] | None:
+    """This rank's ``validation_step`` outputs, by key, in eval mode and without grad;
+    ``None`` when a signal stopped it (``stop_requested_in_validation``)."""
     limit = ctx.trainer.limit_val_batches
     assert ctx.val_loader is not None  # validate() returns first without one
     outputs: dict[str, list[torch.Tensor]] = defaultdict(list)
@@ -60,6 +65,8 @@ def _validation_outputs(ctx: Context) -> dict[str, list[torch.Tensor]]:
             out = call_step_hook(ctx.fabric, ctx.model, "validation_step", batch, i)
             for key, value in out.items():
                 outputs[key].append(kept(value, ctx.cuda_graphs))
-            act_on_stop_request()  # SIGTERM or Ctrl-C during validation: stop here
+            if stop_requested_in_validation():  # SIGTERM or Ctrl-C: end it here
+                ctx.model.train()
+                return None
     ctx.model.train()
     return outputs

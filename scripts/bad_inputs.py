@@ -3,9 +3,11 @@
 Every case must end in one of two ways: **refused** (exit 1, ``summary.json`` says
 ``failed`` with a one-line error naming the key or file, and no W&B run when the refusal
 comes in the config or setup stage) or **warned** (the run goes on and a warning names the
-key). Anything else is a defect: **silent** (the run went on and nothing named the input) or
-**traceback** (a Python traceback on the terminal). Prints one row per case and a count;
-exits 1 when any case is a defect.
+key). Anything else is a defect: **silent** (the run went on and nothing named the input),
+**traceback** (a Python traceback on the terminal) or **destroyed record**. The cases aimed
+at a finished job (a re-run it refuses, ``kiln-eval``/``kiln-export`` pointed into it) run
+on a copy of one trained job, and must leave every byte of it as it was (the lock's holder
+line aside). Prints one row per case and a count; exits 1 when any case is a defect.
 
     uv run --all-packages python scripts/bad_inputs.py [--only SUBSTRING] [--jobs 2]
 """
@@ -34,6 +36,8 @@ class Case:
     names: str  # what the refusal or warning must say
     expect: str = "refused"  # or "warned"
     sweep: bool = False  # a -m sweep (the refusal comes from Hydra's launcher)
+    on_job: str | None = None  # run against a copy of a finished job: train, eval or export
+    remove: str | None = None  # what to delete from that copy first
 
 
 CASES = [
@@ -86,6 +90,25 @@ CASES = [
     Case("resume from nowhere", ["trainer.resume=/nowhere/step-1.ckpt"], "/nowhere"),
     Case("checkpoint_dir unwritable", ["trainer.checkpoint_dir=/proc/kiln"], "checkpoint_dir"),
     Case("missing csv", ["data.dataset=csv", "data.data_files=/nowhere.csv"], "/nowhere.csv"),
+    # a finished job's record is its own (issue 44): refused, and not a byte of it changed
+    Case("rerun: fewer steps", ["trainer.max_steps=1"], "below the step", on_job="train"),
+    Case("rerun: other lr", ["optimizer.lr=0.5"], "optimizer.lr", on_job="train"),
+    Case("rerun: other model", ["model=resnet-tiny", "data=digits"], "model", on_job="train"),
+    Case(
+        "eval --out J/summary.json",
+        ["{job}", "--out", "{job}/summary.json"],
+        "--out",
+        on_job="eval",
+    ),
+    Case("export J J", ["{job}", "{job}"], "out_dir", on_job="export"),
+    Case("export J J/sub", ["{job}", "{job}/exported"], "out_dir", on_job="export"),
+    Case(
+        "eval a copy without checkpoints",
+        ["{job}"],
+        "checkpoints",
+        on_job="eval",
+        remove="checkpoints",
+    ),
     # the launcher (section 5)
     Case(
         "preempt_requeue=maybe",
@@ -94,6 +117,52 @@ CASES = [
         sweep=True,
     ),
 ]
+
+
+def _bytes(job: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(job)): p.read_bytes()
+        for p in sorted(job.rglob("*"))
+        if p.is_file() and p.name != "job.lock"
+    }
+
+
+def train_base(root: Path) -> Path:
+    """The finished job the ``on_job`` cases copy (2 steps, its W&B run offline)."""
+    base = root / "base-job"
+    cmd = [sys.executable, "-m", "kiln.experiments.train", *FAST, f"hydra.run.dir={base}"]
+    env = {**os.environ, "WANDB_MODE": "offline", "KILN_LOG_DIR": str(root)}
+    subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root, timeout=900, check=True)
+    return base
+
+
+def run_on_job(case: Case, root: Path, base: Path) -> tuple[str, str]:
+    """A case aimed at a copy of the finished job: refused, naming what, every byte kept."""
+    import shutil
+
+    job = root / "".join(c if c.isalnum() else "_" for c in case.name)
+    shutil.copytree(base, job, symlinks=True)
+    if case.remove:
+        shutil.rmtree(job / case.remove)
+    before = _bytes(job)
+    args = [a.replace("{job}", str(job)) for a in case.args]
+    if case.on_job == "train":
+        args = [*FAST, *args, f"hydra.run.dir={job}"]
+    cmd = [sys.executable, "-m", f"kiln.experiments.{case.on_job}", *args]
+    env = {**os.environ, "WANDB_MODE": "offline", "KILN_LOG_DIR": str(root)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root, timeout=900)
+    output = proc.stdout + proc.stderr
+    if "Traceback (most recent call last)" in output:
+        return "traceback", output.split("Traceback")[-1].strip().splitlines()[-1][:150]
+    if _bytes(job) != before:
+        changed = sorted(k for k in {*before, *_bytes(job)} if before.get(k) != _bytes(job).get(k))
+        return "destroyed record", f"exit {proc.returncode}; changed: {changed[:4]}"
+    if proc.returncode == 0:
+        return "silent", f"exit 0; nothing names {case.names!r}"
+    said = [line for line in output.splitlines() if case.names in line]
+    if not said:
+        return "unnamed", (output.strip().splitlines() or ["(no output)"])[-1][:150]
+    return "refused", said[0].strip()[:150]
 
 
 def run(case: Case, root: Path) -> tuple[str, str]:
@@ -147,8 +216,14 @@ def main() -> None:
     args = parser.parse_args()
     cases = [c for c in CASES if args.only is None or args.only in c.name]
     with tempfile.TemporaryDirectory(prefix="kiln-bad-inputs-") as tmp:
+        root = Path(tmp)
+        base = train_base(root) if any(c.on_job for c in cases) else root
+
+        def one(case: Case) -> tuple[str, str]:
+            return run_on_job(case, root, base) if case.on_job else run(case, root)
+
         with ThreadPoolExecutor(args.jobs) as pool:
-            outcomes = list(pool.map(lambda c: run(c, Path(tmp)), cases))
+            outcomes = list(pool.map(one, cases))
     defects = 0
     for case, (outcome, line) in zip(cases, outcomes, strict=True):
         good = outcome == case.expect

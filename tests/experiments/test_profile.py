@@ -19,7 +19,7 @@ def test_kiln_train_profile_steps_keeps_a_trace_and_a_breakdown_and_logs_them(tm
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (job,) = job_dirs(tmp_path)
     profile = json.loads((job / "summary.json").read_text())["profile"]
-    assert profile["trace"] == str(job / "profile" / "trace.json")
+    assert profile["trace"] == "profile/trace.json"  # relative to the job: a moved job reads it
     assert profile["steps"] == [5, 6]  # after wait 2 and warmup 2
     events = json.loads((job / "profile" / "trace.json").read_text())["traceEvents"]
     assert sum(e.get("name", "").startswith("ProfilerStep#") for e in events) == 2

@@ -17,11 +17,13 @@ ARGS = [*FAST, "trainer.max_steps=2", "trainer.log_every_n_steps=1"]
 
 
 def _bytes(root: Path) -> dict[str, bytes]:
-    """Every file below ``root`` but the lock, by its relative path."""
+    """Every file below ``root`` by its relative path, but the lock and W&B's service's debug
+    logs (the service of the earlier run may still be appending its last lines; the W&B run
+    itself is its ``.wandb`` file)."""
     return {
         str(p.relative_to(root)): p.read_bytes()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != "job.lock"
+        if p.is_file() and p.name != "job.lock" and not p.match("wandb/*/logs/debug*.log")
     }
 
 

@@ -102,7 +102,7 @@ def unclaimed(remainder: dict[str, Any]) -> list[str]:
 def state_refusal(path: Any, dropped: list[str], fresh: list[str]) -> str:
     """The one-line refusal of a resume whose state differs from the checkpoint's: what
     would be dropped, what would start fresh, and the ways on."""
-    parts = []
+    parts: list[str] = []
     if dropped:
         parts.append(
             f"holds state that no part of this run takes: {', '.join(dropped)} (resuming "

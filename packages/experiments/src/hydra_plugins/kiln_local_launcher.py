@@ -10,7 +10,6 @@ where hydra-submitit-launcher (kiln-experiments' ``submitit`` extra) is not inst
 
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 try:
@@ -43,12 +42,14 @@ if LocalLauncher is not None:
             """Start one local submitit job per Hydra job, as ``LocalLauncher`` does, and
             wait for them (:func:`kiln.experiments.launchers.local.wait_for_jobs`)."""
             import submitit
-            from hydra.core.singleton import Singleton
             from hydra.core.utils import filter_overrides
-            from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-            from omegaconf import OmegaConf
 
             from kiln.experiments.launchers.local import own_jobs, wait_for_jobs
+            from kiln.experiments.launchers.submitit_sweep import (
+                submit_jobs,
+                sweep_dir,
+                update_parameters,
+            )
 
             assert self.config is not None
             params = dict(self.params)
@@ -59,15 +60,8 @@ if LocalLauncher is not None:
                    if "max_num_timeout" in params else {}),
             )  # fmt: skip
             own_jobs(executor)
-            shared = set(OmegaConf.structured(BaseQueueConf).keys())
-            executor.update_parameters(
-                **{k if k in shared else f"local_{k}": v for k, v in params.items()}
-            )
-            sweep_dir = Path(str(self.config.hydra.sweep.dir))
-            log.info(f"Submitit 'local' sweep output dir : {sweep_dir}")
-            sweep_dir.mkdir(parents=True, exist_ok=True)
-            if "mode" in self.config.hydra.sweep:
-                sweep_dir.chmod(int(str(self.config.hydra.sweep.mode), 8))
+            update_parameters(executor, params, "local")
+            directory = sweep_dir(self.config, "local")
             numbers = range(initial_job_idx, initial_job_idx + len(job_overrides))
             for idx, overrides in zip(numbers, job_overrides, strict=True):
                 log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
@@ -77,14 +71,5 @@ if LocalLauncher is not None:
                 f"#{idx} {' '.join(x for x in filter_overrides(o) if x not in common)}".strip()
                 for idx, o in zip(numbers, job_overrides, strict=True)
             ]
-            state = Singleton.get_state()
-            jobs = executor.map_array(
-                self,
-                [list(o) for o in job_overrides],
-                ["hydra.sweep.dir"] * len(names),
-                list(numbers),
-                [f"job_id_for_{idx}" for idx in numbers],
-                [state] * len(names),
-            )
-            job_dirs = [sweep_dir / str(idx) for idx in numbers]  # hydra.sweep.subdir's default
+            jobs, job_dirs = submit_jobs(self, executor, job_overrides, numbers, directory)
             return wait_for_jobs(jobs, names, job_dirs)

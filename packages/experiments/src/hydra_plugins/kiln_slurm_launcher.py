@@ -11,7 +11,6 @@ where hydra-submitit-launcher (kiln-experiments' ``submitit`` extra) is not inst
 
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 try:
@@ -73,11 +72,8 @@ if SlurmLauncher is not None:
             and wait for their results
             (:func:`kiln.experiments.launchers.slurm.wait_for_results`)."""
             import submitit
-            from hydra.core.singleton import Singleton
             from hydra.core.utils import filter_overrides
             from hydra.errors import ConfigCompositionException
-            from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-            from omegaconf import OmegaConf
 
             from kiln.experiments.launchers.slurm import (
                 SlurmJobLost,
@@ -86,6 +82,11 @@ if SlurmLauncher is not None:
                 wait_for_results,
             )
             from kiln.experiments.launchers.slurm_batch import batch_setup, task_command
+            from kiln.experiments.launchers.submitit_sweep import (
+                submit_jobs,
+                sweep_dir,
+                update_parameters,
+            )
 
             assert self.config is not None
             params = dict(self.params)
@@ -107,15 +108,8 @@ if SlurmLauncher is not None:
             extra = {"signal": signal_at, **(params.pop("additional_parameters", None) or {})}
             params["additional_parameters"] = extra
             params["setup"] = [*batch_setup(str(folder), name), *(params.get("setup") or [])]
-            shared = set(OmegaConf.structured(BaseQueueConf).keys())
-            executor.update_parameters(
-                **{k if k in shared else f"slurm_{k}": v for k, v in params.items()}
-            )
-            sweep_dir = Path(str(self.config.hydra.sweep.dir))
-            log.info(f"Submitit 'slurm' sweep output dir : {sweep_dir}")
-            sweep_dir.mkdir(parents=True, exist_ok=True)
-            if "mode" in self.config.hydra.sweep:
-                sweep_dir.chmod(int(str(self.config.hydra.sweep.mode), 8))
+            update_parameters(executor, params, "slurm")
+            directory = sweep_dir(self.config, "slurm")
             numbers = range(initial_job_idx, initial_job_idx + len(job_overrides))
             names = [
                 f"#{idx} {' '.join(filter_overrides(o))}".strip()
@@ -123,16 +117,7 @@ if SlurmLauncher is not None:
             ]
             for name in names:
                 log.info(f"\t{name}")
-            state = Singleton.get_state()
-            jobs = executor.map_array(
-                self,
-                [list(o) for o in job_overrides],
-                ["hydra.sweep.dir"] * len(names),
-                list(numbers),
-                [f"job_id_for_{idx}" for idx in numbers],
-                [state] * len(names),
-            )
-            job_dirs = [sweep_dir / str(idx) for idx in numbers]  # hydra.sweep.subdir's default
+            jobs, job_dirs = submit_jobs(self, executor, job_overrides, numbers, directory)
             try:
                 return wait_for_results(jobs, names, job_dirs)
             except SlurmJobLost as lost:  # the message says it all: no traceback

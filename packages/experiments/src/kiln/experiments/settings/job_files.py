@@ -36,7 +36,7 @@ _DROPPED = "dropped"
 _lock = threading.Lock()
 _state: dict[Path, str] = {}
 _pending: dict[Path, dict[Path, bytes]] = {}
-_on_take: dict[Path, list[Callable[[], None]]] = {}
+_on_take: dict[Path, Callable[[], None]] = {}  # the job log's: write the lines that waited
 
 
 def _key(job_dir: str | os.PathLike[str]) -> Path:
@@ -83,8 +83,8 @@ def held(job_dir: str | os.PathLike[str], *, owned: bool) -> Iterator[None]:
     with _lock:
         _state[key] = _OWNED if owned else _WAITING
         _pending[key] = {}
-        listeners = list(_on_take.get(key, [])) if owned else []
-    for listener in listeners:
+        listener = _on_take.get(key) if owned else None
+    if listener is not None:
         listener()
     try:
         yield
@@ -102,12 +102,11 @@ def take(job_dir: str | os.PathLike[str]) -> None:
         if _state.get(key) != _WAITING:
             return
         waiting = _pending.pop(key, {})
-        _pending[key] = {}
         _state[key] = _OWNED
-        listeners = list(_on_take.get(key, []))
+        listener = _on_take.get(key)
     for path, data in waiting.items():
         write(path, data)
-    for listener in listeners:
+    if listener is not None:
         listener()
 
 
@@ -122,7 +121,7 @@ class JobLog(logging.FileHandler):
         job_dir = _key(Path(filename).parent)
         with _lock:  # a new Hydra job starts: what an earlier run in this process did is over
             _state.pop(job_dir, None)
-            _on_take[job_dir] = [self._write_waiting]
+            _on_take[job_dir] = self._write_waiting
 
     def emit(self, record: logging.LogRecord) -> None:
         where = state(self.baseFilename)

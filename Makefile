@@ -43,16 +43,27 @@ FAST := not slow and not gpu and not process and not slurm and not long
 # what the xdist workers run in make test-all: the fast tier and the `long` in-process cases
 IN_PROCESS := not slow and not gpu and not process and not slurm
 
+# Each tier's JUnit XML goes to outputs/tests/; scripts/test_budget.py prints its time
+# against its budget (docs/development.md) and the slowest tests, whatever the outcome.
+JUNIT := outputs/tests
+BUDGET := $(RUN) python scripts/test_budget.py
+
 # The fast tier: every guarantee at least once, in-process where the process is not the point.
 test: setup
-	$(RUN) pytest $(XDIST) -m "$(FAST)" $(ARGS)
+	@mkdir -p $(JUNIT)
+	$(RUN) pytest $(XDIST) -m "$(FAST)" --junitxml=$(JUNIT)/fast.xml $(ARGS); \
+		status=$$?; $(BUDGET) fast=$(JUNIT)/fast.xml; exit $$status
 
 # The full tier: the fast tier with the `long` in-process cases, then (one at a time: they
 # time signals and share the SLURM cluster) the tests whose point is a real process (signals,
 # SIGKILL, exit codes, worker launches) and, when a cluster answers, SLURM's. `.ci/run` calls it.
 test-all: setup
-	$(RUN) pytest $(XDIST) -m "$(IN_PROCESS)" $(ARGS)
-	$(RUN) pytest -m "(process or slurm) and not slow and not gpu$(if $(SLURM_UP),, and not slurm)" $(ARGS)
+	@mkdir -p $(JUNIT)
+	$(RUN) pytest $(XDIST) -m "$(IN_PROCESS)" --junitxml=$(JUNIT)/in-process.xml $(ARGS)
+	$(RUN) pytest -m "(process or slurm) and not slow and not gpu$(if $(SLURM_UP),, and not slurm)" \
+		--junitxml=$(JUNIT)/process.xml $(ARGS); \
+		status=$$?; $(BUDGET) in-process=$(JUNIT)/in-process.xml process=$(JUNIT)/process.xml; \
+		exit $$status
 
 # Multi-minute launches and compiles; GPU tests skip themselves without a GPU.
 test-slow: setup

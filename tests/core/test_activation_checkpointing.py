@@ -119,13 +119,15 @@ def test_checkpointed_blocks_give_the_same_gradients_on_one_process():
     assert checkpointed["blocks"] == ["Block"] * 4  # unwrapped after the fit
 
 
-@pytest.mark.process  # a 2-rank launch; the FSDP case below keeps 2 ranks in the fast tier
+@pytest.mark.process  # a 2-rank launch; the FSDP case below runs in make test-all too
 def test_checkpointed_blocks_give_the_same_gradients_on_two_gloo_ranks():
     for plain, checkpointed in launch(train_both, 2, 2):
         assert_same_grads(checkpointed, plain)
         assert checkpointed["telemetry"]["activation_checkpointing"] is not None
 
 
+# a 2-rank launch; one process proves the gradients, test_fsdp.py the wrapped blocks sharded
+@pytest.mark.long
 def test_checkpointed_blocks_give_the_same_gradients_under_fsdp_on_two_gloo_ranks():
     # the wrappers are what FSDP2 shards (found as the repeated blocks); each rank's
     # gradient shards match

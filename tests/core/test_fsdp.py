@@ -98,6 +98,7 @@ def exact_runs(cases: list[tuple[int, float | None]]) -> dict:
             "weights": full_weights(module),
             "history": result.history,
             "shards": probe.shards(),
+            "telemetry": result.telemetry,
         }
     # in the same launch: each launch costs seconds of start-up
     out["options"] = option_runs()
@@ -237,6 +238,20 @@ def no_blocks_run() -> dict:
     result = fit(module, fsdp_trainer(max_steps=2))
     params = {n: tuple(p.to_local().shape) for n, p in module.named_parameters()}
     return {"messages": records, "step": result.global_step, "params": params}
+
+
+def test_each_rank_reports_about_half_of_the_models_state_bytes(ranks) -> None:
+    """Memory telemetry counts this rank's local shards: about half of what one process
+    holds (tests/core/test_memory_telemetry.py: one process counts the whole model exactly)."""
+    params = sum(p.numel() for p in ToyBlocksModule(**MODULE_KW).parameters())
+    whole = {"param_bytes": 8 * params, "grad_bytes": 8 * params}  # float64
+    whole["optimizer_state_bytes"] = 2 * whole["param_bytes"]  # AdamW: exp_avg, exp_avg_sq
+    for name, full in whole.items():
+        got = [rank[(1, None)]["telemetry"][name] for rank in ranks]
+        # dim-0 chunks: an odd dimension makes rank 0's shard a row longer, plus padding;
+        # the optimizer's per-tensor step counts come on top
+        assert all(0.45 * full < g < 0.6 * full for g in got), (name, full, got)
+        assert sum(got) >= full
 
 
 def test_a_module_without_repeated_blocks_is_sharded_as_one_unit_and_says_so(ranks) -> None:

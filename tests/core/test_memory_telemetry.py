@@ -40,6 +40,7 @@ def state_of_both(devices: int) -> dict:
     return out
 
 
+@pytest.mark.long  # a 2-rank launch; test_fsdp.py proves the halving in its one launch
 def test_fsdp_on_two_ranks_holds_about_half_of_ddps_state_per_rank():
     ranks = launch(state_of_both, 2, 2)
     for name in FIGURES:

@@ -73,6 +73,8 @@ def test_resume_after_clean_stop_is_bit_identical(tmp_path: Path) -> None:
     assert second.metrics == full.metrics
 
 
+# a killed worker process: the clean stop and copied-checkpoint resumes prove it in make test
+@pytest.mark.long
 def test_resume_after_sigkill_is_bit_identical(tmp_path: Path, capsys) -> None:
     steps = 12
     full_module = ToyTokenModule(**MODULE_KW)

@@ -90,6 +90,7 @@ def test_a_two_rank_checkpoint_resumes_on_one_rank(two_ranks) -> None:
     assert_resumed(resumed, 1, GLOBAL_BATCH)
 
 
+@pytest.mark.long  # a second launch: 2 -> 1 proves a world size change in the fast tier
 def test_a_one_rank_checkpoint_resumes_on_two_ranks(tmp_path, two_ranks) -> None:
     full = run(tmp_path / "full", 1, STEPS)
     assert_same_run(full, two_ranks["full"])  # step k: the same samples on 1 and 2 ranks
@@ -173,6 +174,7 @@ def max_difference(got: dict, want: dict) -> float:
     return max((got["weights"][k] - v).abs().max().item() for k, v in want["weights"].items())
 
 
+@pytest.mark.long  # an FSDP launch; test_fsdp_checkpoint.py loads sharded weights in one process
 def test_a_sharded_checkpoint_of_two_ranks_resumes_on_one(sharded) -> None:
     # one process, trainer.strategy=fsdp: a mesh of one rank, one shard; accumulation 3 -> 6
     resumed = fsdp_run(sharded["root"] / "two-to-one", 1, STEPS, "auto")
@@ -181,6 +183,7 @@ def test_a_sharded_checkpoint_of_two_ranks_resumes_on_one(sharded) -> None:
     assert_resumed(resumed, 1, FSDP_BATCH)
 
 
+@pytest.mark.long  # two FSDP launches: a further case of resharding
 def test_a_sharded_checkpoint_of_one_rank_resumes_on_two(tmp_path, sharded) -> None:
     fsdp_run(tmp_path, 1, STOP)
     assert (tmp_path / "ckpt" / f"step-{STOP:08d}.ckpt" / "__0_0.distcp").is_file()  # sharded

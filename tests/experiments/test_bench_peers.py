@@ -40,6 +40,7 @@ def test_peers_metrics_are_kilns():
     assert peer == pytest.approx({k: kiln[k] for k in ("accuracy", "f1")})
 
 
+@pytest.mark.long  # a kiln-train job, about 15 s; the peers run in make test-slow
 def test_the_export_of_kilns_job_holds_its_weights_rows_and_hyperparameters(tmp_path):
     """The step bench_peers.py runs in kiln's own environment (the peers' needs none of kiln)."""
     proc = subprocess.run(

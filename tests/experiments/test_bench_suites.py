@@ -129,6 +129,7 @@ def _sweep(tmp_path: Path, sweep: str, archs: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(out.glob("*/bench.json"))]
 
 
+@pytest.mark.long  # about 13 s; the timm sweep proves the suites in the fast tier
 def test_hf_sweep_runs_and_an_unbuildable_model_is_a_row(tmp_path):
     records = _sweep(tmp_path, "pt2_hf", "BertForMaskedLM,T5Small,'Qwen/Qwen3-0.6B'")
     by_model = {r["model"]: r for r in records}

@@ -59,6 +59,7 @@ def test_profiling_is_off_by_default(tmp_path, monkeypatch):
     assert not (job / "profile").exists()
 
 
+@pytest.mark.long  # a 2-job compile sweep: the report of one profiled job is tested above
 def test_kiln_report_puts_a_compile_sweeps_breakdowns_side_by_side(tmp_path, capsys):
     from kiln.experiments.report.cli import build_report
 
@@ -197,6 +198,7 @@ def _profiled_against_the_step_timer(job) -> tuple[float, float]:
         pytest.param(
             ["debug=fast", "trainer.max_steps=10", "compile=default", "compile.backend=aot_eager"],
             id="fast-compiled",
+            marks=pytest.mark.long,  # a compiled job; the profile's own test is above
         ),
     ],
 )

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import csv
 
+import pytest
 from train_helpers import FAST, explain, job_dirs, run_train, summary
 
 from kiln.experiments.report.cli import build_report
 from kiln.experiments.tracking.wandb_files import find_run_file, read_summary
 
 
+@pytest.mark.long  # a 2-job sweep, about 13 s; tests/models/test_packing.py proves the packing
 def test_a_packing_sweep_reports_real_tokens_padding_and_their_ratio(tmp_path):
     args = ["experiment=tiny_llama_lm", *FAST, "logger=wandb", "data.packing=false,true"]
     proc = run_train(["-m", *args], tmp_path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 from test_packing import documents, float64_model, packed_batch, unpacked_rows
 from torch.utils.data import DataLoader, default_collate
@@ -35,6 +36,7 @@ def train(name: str, rows: Any, devices: int) -> dict[str, Any]:
     return {"weights": weights, "telemetry": result.telemetry}
 
 
+@pytest.mark.long  # a 2-rank launch; test_fsdp.py proves windows over unequal token counts per rank
 def test_packed_training_on_two_ranks_equals_unpacked_training_on_one() -> None:
     batch = packed_batch(documents(8), "carry")
     packed = [{k: v[i] for k, v in batch.items()} for i in range(len(batch["input_ids"]))]

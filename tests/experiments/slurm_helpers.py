@@ -61,12 +61,41 @@ def job_field(job_id: str, name: str) -> str:
     return fields.get(name, "")
 
 
+def wait_for_end(job_id: str) -> str:
+    """Wait until SLURM has ended the job (it may still be COMPLETING once its tasks left
+    their results); returns its state."""
+    from kiln.experiments.launchers.slurm import ENDED_STATES
+
+    deadline = time.monotonic() + 120
+    while (state := job_field(job_id, "JobState")) not in ENDED_STATES:
+        assert time.monotonic() < deadline, f"job {job_id} still {state}"
+        time.sleep(0.5)
+    return state
+
+
 def wait_for_restarts(sweep: subprocess.Popen, job_id: str, restarts: int) -> None:
     """Wait until SLURM has requeued the job ``restarts`` times."""
     deadline = time.monotonic() + 600
     while job_field(job_id, "Restarts") != str(restarts):
         assert sweep.poll() is None and time.monotonic() < deadline, f"not requeued {restarts}x"
         time.sleep(0.5)
+
+
+def wait_for_file(sweep: subprocess.Popen, path: Path) -> None:
+    """Wait until ``path`` exists (``end_signal_hook``'s marker: the job holds there)."""
+    deadline = time.monotonic() + 900
+    while not path.exists():
+        assert sweep.poll() is None and time.monotonic() < deadline, f"no {path.name} in time"
+        time.sleep(0.05)
+
+
+def hold_env(variable: str, marker: Path) -> dict[str, str]:
+    """The environment that has ``end_signal_hook`` (loaded by ``plugins=[end_signal_hook]``)
+    hold the job at ``variable``'s instant, touching ``marker`` there."""
+    from end_signal_hook import HOOK
+
+    path = os.pathsep.join(p for p in (HOOK[1], os.environ.get("PYTHONPATH")) if p)
+    return {"PYTHONPATH": path, variable: str(marker)}
 
 
 def wait_for_step(sweep: subprocess.Popen, sweep_dir: Path, step: int) -> str:
@@ -123,12 +152,13 @@ def signal_at_step(
 
 
 def start_sweep(
-    tmp_path: Path, args: list[str], partition: str = "debug"
+    tmp_path: Path, args: list[str], partition: str = "debug", env: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen, Path]:
-    """``kiln-train -m launcher=slurm <args>`` in the background (its output in sweep.log)."""
+    """``kiln-train -m launcher=slurm <args>`` in the background (its output in sweep.log;
+    ``env``: extra environment variables, which its SLURM jobs get too)."""
     slurm = ["-m", "launcher=slurm", f"hydra.launcher.partition={partition}", *args]
     sweep_dir = tmp_path / "slurm"
-    env = {**os.environ, "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
+    env = {**os.environ, **(env or {}), "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline"}
     cmd = [sys.executable, "-m", "kiln.experiments.train", *slurm, f"hydra.sweep.dir={sweep_dir}"]
     log = (tmp_path / "sweep.log").open("w")
     sweep = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)

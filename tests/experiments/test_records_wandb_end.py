@@ -128,12 +128,18 @@ def test_a_rerun_logs_the_rows_the_wandb_run_lacks(tmp_path):
     assert summary(job_dir) == before
 
 
-def end_after_record(tmp_path: Path, end: str) -> tuple[Path, list[str], Any]:
+def end_after_record(
+    tmp_path: Path, end: str, sweep: list[str] | None = None
+) -> tuple[Path, list[str], Any]:
     """``kiln-train`` (4 steps, a row each) into ``<tmp_path>/job``, ended right after its
     final ``summary.json`` write (``kill_after_record.py``: ``sigkill``, or ``sigterm`` to W&B's
-    service and the job); returns the job dir, its arguments and the ended process."""
+    service and the job); returns the job dir, its arguments and the ended process.
+    ``sweep``: a sweep's overrides instead (``-m``, into ``<tmp_path>/job``: its job ``0``)."""
     job_dir = tmp_path / "job"
     args = [*FAST, f"hydra.run.dir={job_dir}", "trainer.log_every_n_steps=1"]
+    if sweep is not None:
+        args = ["-m", *FAST, f"hydra.sweep.dir={job_dir}", "trainer.log_every_n_steps=1", *sweep]
+        job_dir = job_dir / "0"
     env = {**user_env(), "KILN_LOG_DIR": str(tmp_path), "WANDB_MODE": "offline", "KILN_END": end}
     ended = subprocess.run(
         [sys.executable, str(HERE / "kill_after_record.py"), *args],
@@ -165,9 +171,12 @@ def test_a_sigkill_after_the_record_loses_no_wandb_row(tmp_path):
 def test_a_sigterm_to_the_job_and_wandb_after_the_record_ends_it_ok(tmp_path):
     """SLURM's ``scancel`` or preemption after the last step signals every process of the
     job, W&B's service too: the job ends as ``ok`` with its whole record and no traceback
-    (the run cannot end: its service is gone), and a re-run gives the run every row, once."""
+    (the run cannot end: its service is gone), exit 0 (under SLURM: ``COMPLETED``, where 143
+    left no result: a job lost, or requeued once more), and a re-run gives the run every
+    row, once."""
     job_dir, args, stopped = end_after_record(tmp_path, "sigterm")
-    assert stopped.returncode == 128 + signal.SIGTERM, explain(stopped)
+    assert stopped.returncode == 0, explain(stopped)
+    assert "SIGTERM as the job ended: it ended ok" in stopped.stderr, explain(stopped)
     assert "Traceback" not in stopped.stdout + stopped.stderr, explain(stopped)
     before = summary(job_dir)
     assert (before["status"], before["global_step"]) == ("ok", 4), explain(stopped)
@@ -179,3 +188,15 @@ def test_a_sigterm_to_the_job_and_wandb_after_the_record_ends_it_ok(tmp_path):
     assert read_run(job_dir)["exit_code"] == 0
     assert summary(job_dir) == before
     assert_rows_equal(job_dir, before)
+
+
+@pytest.mark.process
+def test_a_sigterm_as_a_sweeps_job_ends_ok_starts_no_further_job(tmp_path):
+    """``kiln-train -m`` runs its jobs one after another in one process: a SIGTERM held while
+    the first ends ok leaves that job ok, and the process stops (143) before the next one
+    writes or trains anything."""
+    job_dir, _, stopped = end_after_record(tmp_path, "sigterm", ["trainer.seed=0,1"])
+    assert stopped.returncode == 128 + signal.SIGTERM, explain(stopped)
+    assert summary(job_dir)["status"] == "ok", explain(stopped)
+    assert not (job_dir.parent / "1" / "summary.json").exists(), explain(stopped)
+    assert not (job_dir.parent / "1" / "attempts.json").exists(), explain(stopped)

@@ -13,13 +13,16 @@ import sys
 import time
 
 import pytest
+from end_signal_hook import HOOK
 from slurm_helpers import (
     end,
+    hold_env,
     job_field,
     signal_at_step,
     start_sweep,
     task_logs,
     task_results,
+    wait_for_file,
     wait_for_log,
 )
 from train_helpers import explain, job_dirs, run_train, summary
@@ -99,9 +102,16 @@ STARTING += ["compile.backend=aot_eager"]
 def test_usr2_while_the_job_starts_requeues_it(tmp_path):
     """USR2 while submitit loads the job's pickle (before submitit or kiln installed a
     handler) must not kill the tasks: the job's first act defers it, submitit requeues the
-    job once it can, and the sweep ends ok."""
-    sweep, sweep_dir = start_sweep(tmp_path, TWO_TASKS[2:])
+    job once it can. A USR2 in the next attempt's config stage (its attempt recorded,
+    ``end_signal_hook`` holds it there), under ``preempt_requeue=false`` (time limits requeue
+    whatever it says), requeues it again and its attempt says ``requeued``; the sweep ends
+    ok."""
+    marker = tmp_path / "config-stage"
+    args = [*TWO_TASKS[2:], HOOK[0], "hydra.launcher.preempt_requeue=false"]
+    sweep, sweep_dir = start_sweep(tmp_path, args, env=hold_env("KILN_TEST_HOLD_START", marker))
     job_id = wait_for_log(sweep, sweep_dir, "Loading pickle")
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=60)
+    wait_for_file(sweep, marker)  # the requeued attempt, recorded, in its config stage
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=60)
     end(sweep, timeout=900)
     output = (tmp_path / "sweep.log").read_text()[-6000:]
@@ -109,11 +119,12 @@ def test_usr2_while_the_job_starts_requeues_it(tmp_path):
     record = summary(sweep_dir / "0")
     assert record["status"] == "ok" and record["global_step"] == 4, record["error"]
     assert record["devices"] == 2
-    job = subprocess.run(
-        ["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=60
-    ).stdout
-    assert "Restarts=1" in job, job
-    # both attempts: SLURM appends to a requeued job's logs
+    starting, trained = record["attempts"]
+    assert (starting["ended"], starting["at_step"]) == ("requeued", 0), starting
+    assert "error" not in starting, starting
+    assert trained["ended"] == "ok" and trained["from_step"] == 0, trained
+    assert job_field(job_id, "Restarts") == "2"
+    # every attempt: SLURM appends to a requeued job's logs
     folder = sweep_dir / ".submitit" / job_id
     log = "".join((folder / f"{job_id}_0_log.{ext}").read_text() for ext in ("out", "err"))
     assert "kiln: SIGUSR2 while the job starts: acted on once started" in log, log

@@ -24,14 +24,18 @@ from typing import Any
 import pytest
 import torch
 from checkpoint_files import saved_state
+from end_signal_hook import HOOK
 from slurm_helpers import (
     end,
+    hold_env,
     job_field,
     signal_at_step,
     start_sweep,
     task_logs,
     task_pids,
     task_results,
+    wait_for_end,
+    wait_for_file,
     wait_for_log,
     wait_for_restarts,
     wait_for_step,
@@ -182,12 +186,29 @@ def test_two_nodes_of_two_ranks_train_as_one_node_of_four_ranks(tmp_path):
     assert_same_weights(final_weights(record), final_weights(one))
 
 
+def check_wandb_run(job_dir: Path, files: int, whole: bool = True) -> None:
+    """One W&B run in ``files`` files (an attempt, or a re-run that logged what it lacked,
+    each), each step's training row once (``whole=False``: the last attempt's W&B service was
+    signalled before it wrote them all: none twice)."""
+    run_id = (job_dir / "wandb_run_id").read_text().strip()
+    found = sorted((job_dir / "wandb").glob("*run-*-*/*.wandb"))
+    assert len(found) == files, found
+    assert {wandb_files.read_run(f).get("id", run_id) for f in found} == {run_id}
+    rows = [r for f in found for r in wandb_files.read_history(f) if "train/loss" in r]
+    logged = sorted(r["trainer/global_step"] for r in rows)
+    if whole:
+        assert logged == list(range(1, STEPS + 1))
+    else:
+        assert len(set(logged)) == len(logged) and set(logged) <= set(range(1, STEPS + 1))
+
+
 def check_requeued_job(
-    job_dir: Path, reference: dict[str, Any], requeues: int, signal: str
+    job_dir: Path, reference: dict[str, Any], requeues: int, signal: str, whole: bool = True
 ) -> list[dict[str, Any]]:
     """The job was requeued ``requeues`` times by ``signal`` (each time both ranks stopped
     at one step with its checkpoint) and ended as the uninterrupted 2-node job does, bit for
-    bit, in one W&B run with each step's row once. Returns its attempts."""
+    bit, in one W&B run with each step's row once (``whole=False``: see
+    :func:`check_wandb_run`). Returns its attempts."""
     record = summary(job_dir)
     assert record["status"] == "ok" and record["global_step"] == STEPS, record["error"]
     attempts = record["attempts"]
@@ -207,12 +228,7 @@ def check_requeued_job(
     # one W&B run over the attempts that trained, each step's row once (SLURM's preemption
     # SIGTERMs W&B's service too: that attempt's file may hold its header alone, and the
     # resumed attempt logs the rows the run lacks)
-    run_id = (job_dir / "wandb_run_id").read_text().strip()
-    files = sorted((job_dir / "wandb").glob("*run-*-*/*.wandb"))
-    assert len(files) == requeues + 1, files
-    assert {wandb_files.read_run(f).get("id", run_id) for f in files} == {run_id}
-    rows = [r for f in files for r in wandb_files.read_history(f) if "train/loss" in r]
-    assert sorted(r["trainer/global_step"] for r in rows) == list(range(1, STEPS + 1))
+    check_wandb_run(job_dir, requeues + 1, whole)
     # the uninterrupted 2-node job: the same losses at every step and the same weights
     assert record["history"] == reference["history"]
     assert record["metrics"] == reference["metrics"]
@@ -230,10 +246,15 @@ def test_usr2_to_every_process_or_to_the_batch_shell_requeues_once_each_time(
     batch shell alone (it passes it to the tasks). Each one requeues the job exactly once
     (SLURM's restart count), each mid-run one with a checkpoint at the step both ranks stopped
     at, and the job ends as the uninterrupted one does, bit for bit. (``scancel
-    --signal=USR2`` to the tasks: ``test_fsdp_across_two_nodes_is_preempted_and_resumes``.)"""
+    --signal=USR2`` to the tasks: ``test_fsdp_across_two_nodes_is_preempted_and_resumes``.)
+    Then ``scancel`` once its record says ok (``end_signal_hook`` holds it before its W&B
+    run's end; SLURM signals W&B's service too): the job ends ok, exit 0, no traceback, and the
+    sweep reads it so."""
     started = time.perf_counter()
     setup = 'hydra.launcher.setup=["echo kiln-test: setup; sleep 2"]'
-    sweep, sweep_dir = start_sweep(tmp_path, [*TWO_NODES[2:], *JOB, "trainer.devices=1", setup])
+    args = [*TWO_NODES[2:], *JOB, "trainer.devices=1", setup, HOOK[0]]
+    ended = tmp_path / "ended"
+    sweep, sweep_dir = start_sweep(tmp_path, args, env=hold_env("KILN_TEST_HOLD_END", ended))
     job_dir = sweep_dir / "0"
     job_id = wait_for_log(sweep, sweep_dir, "kiln-test: setup")
     subprocess.run(["scancel", "--signal=USR2", "--batch", job_id], check=True, timeout=60)
@@ -244,49 +265,66 @@ def test_usr2_to_every_process_or_to_the_batch_shell_requeues_once_each_time(
         assert signal_at_step(sweep, sweep_dir, at, tasks=2, how=how) == job_id
         wait_for_restarts(sweep, job_id, restarts)
         at = summary(job_dir)["attempts"][-1]["at_step"] + 2
+    wait_for_file(sweep, ended)  # its record says ok, its W&B run has not ended
+    subprocess.run(["scancel", job_id], check=True, timeout=60)
     end(sweep, timeout=1500)
     print(f"2-node job requeued 3 times (USR2 3 ways): {time.perf_counter() - started:.0f}s")
-    assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
-    assert job_field(job_id, "Restarts") == "3"
+    output = (tmp_path / "sweep.log").read_text()
+    assert sweep.returncode == 0, output[-6000:]
+    assert "Traceback" not in output, output[-6000:]
+    assert (job_field(job_id, "Restarts"), wait_for_end(job_id)) == ("3", "CANCELLED")
     _, plain = two_nodes_one_task_each
-    check_requeued_job(job_dir, plain, requeues=2, signal="SIGUSR2")
+    check_requeued_job(job_dir, plain, requeues=2, signal="SIGUSR2", whole=False)
+    assert "SIGTERM as the job ended: it ended ok" in task_logs(job_dir)[0]
+    assert task_results(job_dir) == ["success", "success"]
     batch_log = "".join(task_logs(job_dir).values())
     assert "kiln: the batch shell got SIGUSR2 before the job step: kept for it" in batch_log
     assert batch_log.count("kiln: the batch shell got SIGUSR2: passed to the job step") == 2
     # the submitter says once why it does not ask sacct, and never prints sacct's failures
-    output = (tmp_path / "sweep.log").read_text()
     assert output.count("SLURM accounting is off on this cluster") == 1, output[-6000:]
     assert "sacct" not in output.replace("so no sacct", ""), output[-6000:]
 
 
-def _preempted_by_high(sweep: subprocess.Popen, sweep_dir: Path) -> tuple[str, str]:
+def _high_job() -> str:
+    """Submit a job of partition ``high`` that needs every core of both nodes (it preempts a
+    job of ``low`` or ``lowcancel``); returns its id."""
+    every_core = ["-p", "high", "-N", "2", "--ntasks-per-node=2", "-o", "/dev/null"]
+    return subprocess.run(
+        ["sbatch", "--parsable", *every_core, "--wrap", "srun true"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+
+
+def _preempted_by_high(
+    sweep: subprocess.Popen, sweep_dir: Path, again_at: Path | None = None
+) -> tuple[str, str]:
     """Once the sweep's 2-node job (one task per node) has logged step 2, a job of partition
-    ``high`` that needs every core of both nodes preempts it; the sweep is waited for.
-    Returns the two SLURM job ids (the kiln job's, the high job's)."""
+    ``high`` that needs every core of both nodes preempts it; the sweep is waited for
+    (``again_at``: once this file is there, another high job preempts the job again).
+    Returns the two SLURM job ids (the kiln job's, the first high job's)."""
     job_id = wait_for_step(sweep, sweep_dir, 2)
     # the tasks pause (a slow step) until SLURM's preemption sends SIGCONT, then SIGTERM: the
     # tiny steps take less time than SLURM needs to schedule the high job
     tasks = task_pids(sweep_dir, 2)
     for pid in tasks:
         os.kill(pid, signal.SIGSTOP)
-    every_core = ["-p", "high", "-N", "2", "--ntasks-per-node=2", "-o", "/dev/null"]
+    highs = []
     try:
-        high = subprocess.run(
-            ["sbatch", "--parsable", *every_core, "--wrap", "srun true"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        ).stdout.strip()
-        try:
-            end(sweep, timeout=1500)
-        finally:
-            subprocess.run(["scancel", high], timeout=60)
+        highs.append(_high_job())
+        if again_at is not None:
+            wait_for_file(sweep, again_at)
+            highs.append(_high_job())
+        end(sweep, timeout=1500)
     finally:
+        for high in highs:
+            subprocess.run(["scancel", high], timeout=60)
         for pid in tasks:  # preempted, they run again already; if not, the test ends anyway
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
-    return job_id, high
+    return job_id, highs[0]
 
 
 def test_a_job_preempted_by_a_higher_priority_partition_checkpoints_requeues_and_resumes(
@@ -297,21 +335,40 @@ def test_a_job_preempted_by_a_higher_priority_partition_checkpoints_requeues_and
     preempts the 2-node kiln job, whose tasks get SIGTERM. kiln tells it from a cancel
     (``scontrol``: still RUNNING, with a PreemptTime), stops both ranks at one step with a
     checkpoint and requeues the job once within the grace time (a job that ends in it is not
-    requeued by SLURM); the high job runs, and the kiln job resumes and ends bit-identical."""
+    requeued by SLURM); the high job runs, and the kiln job resumes and ends bit-identical.
+    A second high job preempts it once its record says ok (``end_signal_hook`` holds it before
+    its W&B run's end; SLURM signals W&B's service too): it ends ok, exit 0, no traceback,
+    neither requeued nor failed (SLURM: ``COMPLETED``); the sweep run again skips it, keeps its
+    record, and gives its W&B run the rows it lacks."""
     started = time.perf_counter()
-    args = [*TWO_NODES[2:], *JOB, "trainer.devices=1"]
-    sweep, sweep_dir = start_sweep(tmp_path, args, partition="low")
-    job_id, high = _preempted_by_high(sweep, sweep_dir)
+    args = [*TWO_NODES[2:], *JOB, "trainer.devices=1", HOOK[0]]
+    ended = tmp_path / "ended"
+    env = hold_env("KILN_TEST_HOLD_END", ended)
+    sweep, sweep_dir = start_sweep(tmp_path, args, partition="low", env=env)
+    job_id, high = _preempted_by_high(sweep, sweep_dir, again_at=ended)
     print(f"2-node job preempted by a high-priority job: {time.perf_counter() - started:.0f}s")
-    assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
+    output = (tmp_path / "sweep.log").read_text()
+    assert sweep.returncode == 0, output[-6000:]
+    assert "Traceback" not in output, output[-6000:]
     assert job_field(high, "JobState") == "COMPLETED"
     assert job_field(job_id, "Restarts") == "1"  # kiln's requeue, and not SLURM's after it
+    assert wait_for_end(job_id) == "COMPLETED"  # the ok end, as its record says
+    job_dir = sweep_dir / "0"
+    assert "SIGTERM as the job ended: it ended ok" in task_logs(job_dir)[0]
     _, plain = two_nodes_one_task_each
-    (stopped, resumed) = check_requeued_job(sweep_dir / "0", plain, requeues=1, signal="SIGTERM")
+    (stopped, resumed) = check_requeued_job(job_dir, plain, 1, "SIGTERM", whole=False)
     # the high job ran while the kiln job waited: it started after the stop, before the resume
     high_start = job_field(high, "StartTime")
     ended, restarted = stopped["ended_at"][:19], resumed["started_at"][:19]  # local, seconds
     assert ended <= high_start <= restarted, (ended, high_start, restarted)
+    # the sweep again: the job is skipped, its record stays, its W&B run gets what it lacks
+    preempted = summary(job_dir)
+    (tmp_path / "sweep.log").rename(tmp_path / "sweep-preempted.log")
+    sweep, _ = start_sweep(tmp_path, args, partition="low")
+    end(sweep, timeout=900)
+    assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
+    assert summary(job_dir) == preempted
+    check_wandb_run(job_dir, files=3)  # the two attempts' files, and the re-run's
 
 
 def test_a_cancel_partition_preemption_stops_the_job_and_a_rerun_resumes_it(

@@ -52,6 +52,7 @@ if SlurmLauncher is not None:
             from kiln.experiments.launchers.slurm import (
                 forget_earlier_result,
                 guard_requeue,
+                ignore_stop_signals,
                 replay_deferred_signal,
                 requeue_if_preempted,
                 set_preempt_requeue,
@@ -62,10 +63,12 @@ if SlurmLauncher is not None:
             guard_requeue()  # in the job: submitit's handlers are in place now
             replay_deferred_signal()
             try:
-                return super().__call__(*args, **kwargs)
+                result = super().__call__(*args, **kwargs)
             except SystemExit as stopped:  # SIGTERM outside the step loop: recorded, stopped
                 requeue_if_preempted(stopped)
                 raise
+            ignore_stop_signals()  # the job ended as its record says: the task ends so too
+            return result
 
         def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Any:
             """Submit one SLURM job per Hydra job (an array), as ``SlurmLauncher`` does,

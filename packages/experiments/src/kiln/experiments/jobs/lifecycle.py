@@ -19,7 +19,8 @@ attempt that did work (a finished job's) as it was, but for its ``attempts``, an
 touches its W&B run; so does one that finds nothing to do (:meth:`Lifecycle.keep`).
 ``Exception`` is swallowed (one failed job never stops a sweep); Ctrl-C and
 SIGTERM are recorded, then propagate (away from a step boundary: ``status: stopped`` and
-``stopped_in``, where); one that comes while the job ends acts once its record is written.
+``stopped_in``, where); one that comes while the job ends acts once its record is written
+(a job that ended ``ok`` ends so, and its process starts no further job).
 """
 
 from __future__ import annotations
@@ -130,6 +131,24 @@ def _calibration_device(accelerator: str) -> str:
 
 def _terminated(signum: int, frame: Any) -> None:
     raise Terminated(signum)
+
+
+_after_ok: list[int] = []
+"""A stop signal held while a job of this process ended ``ok``: the job ends as its record
+says (a SLURM job exits 0: ``COMPLETED``, neither requeued nor lost) and the process starts
+no further job (a sweep's next, under Hydra's basic launcher): that one stops at once."""
+
+
+def _end_ok_after(signum: int) -> None:
+    """A job ended ``ok`` with ``signum`` held: note it (:data:`_after_ok`), and keep any
+    further SIGTERM or SIGINT from interrupting the process's own end (SLURM's batch shell
+    passes its SIGTERM on to the tasks: the same signal again, moments later)."""
+    _after_ok.append(signum)
+    note = f"{signal.Signals(signum).name} as the job ended: it ended ok\n"
+    os.write(sys.stderr.fileno(), note.encode())
+    if threading.current_thread() is threading.main_thread():
+        for stop in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(stop, lambda *_: None)
 
 
 class _Held(Exception):
@@ -281,6 +300,9 @@ class Lifecycle:
                 )
 
     def __enter__(self) -> Lifecycle:
+        if _after_ok:  # the signal came as the job before ended: this one does not start
+            signum = _after_ok.pop()
+            raise Terminated(signum) if signum == signal.SIGTERM else KeyboardInterrupt
         if self.writer:
             earlier = self.earlier_record()
             if self.keep_progress is not None:
@@ -310,7 +332,9 @@ class Lifecycle:
                 finally:
                     if self._held is not None:
                         self._held.__exit__(None, None, None)
-        if self.held and not isinstance(exc, Requeued):  # it stops the process now
+        if self.held and exc is None and self.record["status"] == "ok":  # the job ended whole
+            _end_ok_after(self.held)
+        elif self.held and not isinstance(exc, Requeued):  # it stops the process now
             signal.raise_signal(self.held)
         # A failed job must not stop the sweep; Ctrl-C and SIGTERM stop the process.
         return isinstance(exc, Exception)
@@ -404,7 +428,7 @@ class Lifecycle:
                 attempts = {k: v for k, v in self.record.items() if k == "attempts" and v}
                 record = {**self.kept, **attempts}
             elif self.before is not None and self.keep_progress is not None:
-                if self.failed:
+                if self.failed or record["status"] == "requeued":  # e.g. while it started
                     record = self.record = self.keep_progress(self.before, record)
                 elif record.get("stopped_in"):  # stopped away from a step boundary
                     stop = {k: record[k] for k in ("stop_reason", "stop_signal")}

@@ -257,6 +257,22 @@ def guard_requeue() -> None:
     signal.signal(preemption_signal(), guarded)
 
 
+def ignore_stop_signals() -> None:
+    """In the job, once its work returned (its record written): a SIGTERM or the preemption
+    signal from now on (``scancel``, SLURM's preemption of a job that is ending, the batch
+    shell passing either on) has nothing to stop or requeue, and must not kill the task while
+    submitit writes its result and the interpreter exits (SLURM would say ``FAILED``)."""
+    for signum in (signal.SIGTERM, preemption_signal()):
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def requeued_by_submitit(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is submitit's exit after it requeued this job (its handler ran on a
+    preemption signal that came before kiln's loop took it over: the job's config or setup
+    stage), rather than a failure."""
+    return _requeue_started[0] and isinstance(exc, SystemExit) and exc.code == -1
+
+
 def forget_earlier_result() -> None:
     """In the job: remove this task's result file of an earlier attempt. SLURM requeues a job
     that lost a node, whose rank 0 had ended that attempt with a result; once the new

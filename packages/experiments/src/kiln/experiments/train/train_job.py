@@ -54,9 +54,17 @@ def _record(cfg: Any, job: JobInfo) -> dict[str, Any]:
     return TrainRecord(**job.record(TRAIN), **TrainRecord.config_fields(cfg)).to_json()
 
 
+def _requeued(exc: BaseException | None) -> bool:
+    """Whether the attempt ended requeued: by kiln at a step boundary (``Requeued``), or by
+    submitit's own handler, on a preemption signal that came before the loop (start-up)."""
+    from kiln.experiments.launchers.slurm import requeued_by_submitit
+
+    return isinstance(exc, Requeued) or requeued_by_submitit(exc)
+
+
 def _attempt_end(exc: BaseException | None, record: dict[str, Any]) -> str:
     """How an attempt ended, for ``attempts.json`` (``killed`` is written by the next one)."""
-    if isinstance(exc, Requeued):
+    if _requeued(exc):
         return "requeued"
     if isinstance(exc, Terminated):
         return exc.signal_name
@@ -328,6 +336,9 @@ def _record_attempt(
     ``attempts.json`` and the record (``Lifecycle``'s ``on_exit``)."""
     if isinstance(exc, Requeued):
         life.record["status"] = "requeued"  # the next attempt resumes it
+    elif _requeued(exc):  # submitit requeued it while it started: nothing trained
+        reason = f"requeued by submitit while the job started ({life.record.get('error_stage')})"
+        life.record.update(status="requeued", error=reason)
     elif _stopped_at_a_step(exc, life.record):
         life.record.update(status=STOPPED, error=None)  # a re-run resumes it
     if not attempts:
@@ -449,6 +460,9 @@ def _train(
         trace["wandb_artifact"] = log_trace(life.tracker, job.output_dir)
         life.record["compile_trace"] = trace
     life.record.update(TrainRecord.fit_values(result))
+    if life.record["checkpoint"] is None and checkpoint is not None:
+        # no step was left (stopped at its last step): its newest is the one it resumed from
+        life.record["checkpoint"] = str(checkpoint)
     _add_of_measured_peak(life.record)
     profile = result.get("profile")
     if profile and life.tracker is not None and life.tracker.run is not None:

@@ -254,24 +254,28 @@ def check_imports(root: Path, file: str) -> str:
     return path
 
 
-def outcomes(xml: Path) -> dict[str, str]:
-    """JUnit XML (xunit1) as ``{node id: passed | failed | skipped}``."""
-    results = {}
+def outcomes(xml: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """JUnit XML (xunit1) as ``{node id: passed | failed | skipped}``, and the failures'
+    messages by node id."""
+    results: dict[str, str] = {}
+    messages: dict[str, str] = {}
     for case in ET.parse(xml).iter("testcase"):
         file, classname = case.get("file") or "", case.get("classname") or ""
         module = file.removesuffix(".py").replace("/", ".")
         inner = classname[len(module) + 1 :] if classname.startswith(module + ".") else ""
         node = "::".join(p for p in (file, inner, case.get("name", "")) if p)
-        kinds = {child.tag for child in case}
-        failed = kinds & {"failure", "error"} or results.get(node) == "failed"
-        results[node] = "failed" if failed else "skipped" if "skipped" in kinds else "passed"
-    return results
+        problems = [c for c in case if c.tag in ("failure", "error")]
+        if problems:
+            messages.setdefault(node, (problems[0].get("message") or problems[0].tag)[:500])
+        skipped = case.find("skipped") is not None
+        results[node] = "failed" if node in messages else "skipped" if skipped else "passed"
+    return results, messages
 
 
 def run_tests(root: Path, tests: list[str], marker: str) -> dict:
     xml = root / "stub-check.xml"
-    options = ["-p", "no:cacheprovider", "-q", "-o", "junit_family=xunit1", f"--junitxml={xml}"]
-    cmd = [str(root / ".venv/bin/pytest"), *options, "-m", marker, *tests]
+    options = ["-p", "no:cacheprovider", "-q", "--durations=5", "-o", "junit_family=xunit1"]
+    cmd = [str(root / ".venv/bin/pytest"), *options, f"--junitxml={xml}", "-m", marker, *tests]
     started = time.perf_counter()
     try:
         proc = subprocess.run(
@@ -286,9 +290,9 @@ def run_tests(root: Path, tests: list[str], marker: str) -> dict:
     except subprocess.TimeoutExpired:
         returncode, tail = "timed out", f"pytest ran past {RUN_TIMEOUT_S} s"
     seconds = round(time.perf_counter() - started, 1)
-    results = outcomes(xml) if xml.exists() else {}
+    results, messages = outcomes(xml) if xml.exists() else ({}, {})
     counts = {k: sum(v == k for v in results.values()) for k in ("passed", "failed", "skipped")}
-    failed = sorted(n for n, v in results.items() if v == "failed")
+    failed = {node: messages[node] for node in sorted(messages)}  # node id: its message
     return {
         "returncode": returncode,
         "seconds": seconds,
@@ -312,7 +316,8 @@ def run_in_copy(tree: Path, stub: Stub | None, tests: list[str], marker: str) ->
 def print_table(rows: list[dict]) -> None:
     print("\nstub | file edited | what it turns off | tests failing")
     for row in rows:
-        note = "" if row["returncode"] in (0, 1) else f" (pytest: {row['returncode']})"
+        note = f" (+{len(row['pre_existing'])} failing un-stubbed)" if row["pre_existing"] else ""
+        note += "" if row["returncode"] in (0, 1) else f" (pytest: {row['returncode']})"
         file = row["file"].split("/src/")[-1]
         print(f"{row['name']} | {file} | {row['turns_off']} | {len(row['caught'])}{note}")
         for node in row["caught"]:
@@ -340,13 +345,13 @@ def main() -> None:
         print(f"stub {stub.name}: {' '.join(stub.tests)}", flush=True)
         result = run_in_copy(tree, stub, list(stub.tests), args.marker)
         before = set(baseline["failed"])
-        caught = [n for n in result["failed"] if n not in before]
+        caught = {n: m for n, m in result["failed"].items() if n not in before}
         pre_existing = [n for n in result["failed"] if n in before]
         rows.append({**asdict(stub), **result, "caught": caught, "pre_existing": pre_existing})
         print(f"  {result['counts']} in {result['seconds']} s", flush=True)
     print_table(rows)
     seconds = round(time.perf_counter() - started, 1)
-    print(f"\n{len(rows)} stubs in {seconds} s; failing un-stubbed: {baseline['failed'] or 'none'}")
+    print(f"\n{len(rows)} stubs in {seconds} s; failing un-stubbed: {list(baseline['failed'])}")
     report = {
         "tree": str(tree),
         "head": head,

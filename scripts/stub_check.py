@@ -2,15 +2,15 @@
 
 Each stub is a minimal, exact source edit that turns one feature off while kiln still imports
 and runs (the document mask becomes a plain causal mask, the stop poll never sees a stop, ...).
-For each stub the script copies the committed HEAD of ``--tree`` into a scratch directory
-(``git archive``), applies the stub there, checks that the edited modules are imported from
-that copy, runs the stub's test modules with pytest and records the tests that failed or
-errored. The un-stubbed HEAD runs once over all the selected modules too: a test failing there
-is a pre-existing failure, not a catch. An edit whose old text does not occur exactly once
-fails loudly (a stale stub would otherwise prove nothing).
+For each stub the script copies a commit of ``--tree`` (``--rev``, HEAD by default; never
+uncommitted changes) into a scratch directory (``git archive``), applies the stub there,
+checks that the edited module is imported from that copy, runs the stub's test modules with
+pytest and records the tests that failed or errored. The un-stubbed commit runs once over all
+the selected modules too: a test failing there is a pre-existing failure, not a catch. An edit
+whose old text does not occur exactly once fails loudly (a stale stub would prove nothing).
 
     flock /tmp/kiln-heavy.lock .venv/bin/python scripts/stub_check.py \\
-        --tree . --out /tmp/stubs/before-fast.json [--stub NAME ...] [--marker EXPR]
+        --tree . --out /tmp/stubs/before-fast.json [--rev REV] [--stub NAME ...] [--marker EXPR]
 
 ``--marker`` defaults to the fast tier (``make test``); ``--marker "not slow and not gpu and
 not process and not slurm"`` adds the in-process ``long`` cases. Prints the table
@@ -207,11 +207,11 @@ STUBS = (
 )
 
 
-def scratch_copy(tree: Path) -> Path:
-    """The committed HEAD of ``tree`` in a new directory, with ``tree``'s venv linked in."""
+def scratch_copy(tree: Path, commit: str) -> Path:
+    """``commit`` of ``tree`` in a new directory, with ``tree``'s venv linked in."""
     root = Path(tempfile.mkdtemp(prefix="stubtree-"))
     archive = subprocess.run(
-        ["git", "-C", str(tree), "archive", "HEAD"], capture_output=True, check=True
+        ["git", "-C", str(tree), "archive", commit], capture_output=True, check=True
     )
     subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
     (root / ".venv").symlink_to(tree / ".venv")
@@ -302,8 +302,8 @@ def run_tests(root: Path, tests: list[str], marker: str) -> dict:
     }
 
 
-def run_in_copy(tree: Path, stub: Stub | None, tests: list[str], marker: str) -> dict:
-    root = scratch_copy(tree)
+def run_in_copy(tree: Path, commit: str, stub: Stub | None, tests: list[str], marker: str) -> dict:
+    root = scratch_copy(tree, commit)
     try:
         if stub is not None:
             apply(root, stub)
@@ -328,6 +328,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", type=Path, required=True, help="a git checkout of kiln")
     parser.add_argument("--out", type=Path, required=True, help="the JSON to write")
+    parser.add_argument("--rev", default="HEAD", help="the commit of the tree to check")
     parser.add_argument("--stub", action="append", choices=[s.name for s in STUBS])
     parser.add_argument("--marker", default=FAST, help="pytest -m expression")
     args = parser.parse_args()
@@ -335,15 +336,15 @@ def main() -> None:
     stubs = [s for s in STUBS if not args.stub or s.name in args.stub]
     every_test = sorted({t for s in stubs for t in s.tests})
     head = subprocess.run(
-        ["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ["git", "-C", str(tree), "rev-parse", args.rev], capture_output=True, text=True, check=True
     ).stdout.strip()
-    print(f"HEAD {head}; marker {args.marker!r}; un-stubbed run of {len(every_test)} modules")
-    baseline = run_in_copy(tree, None, every_test, args.marker)
+    print(f"{args.rev} {head}; marker {args.marker!r}; un-stubbed run of {len(every_test)} modules")
+    baseline = run_in_copy(tree, head, None, every_test, args.marker)
     print(f"  {baseline['counts']} in {baseline['seconds']} s", flush=True)
     rows = []
     for stub in stubs:
         print(f"stub {stub.name}: {' '.join(stub.tests)}", flush=True)
-        result = run_in_copy(tree, stub, list(stub.tests), args.marker)
+        result = run_in_copy(tree, head, stub, list(stub.tests), args.marker)
         before = set(baseline["failed"])
         caught = {n: m for n, m in result["failed"].items() if n not in before}
         pre_existing = [n for n in result["failed"] if n in before]

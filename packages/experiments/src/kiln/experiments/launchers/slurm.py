@@ -32,7 +32,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +133,11 @@ def set_preempt_requeue(value: Any) -> None:
     _preempt_requeue[0] = check_preempt_requeue(value)
 
 
+def scontrol_fields(out: str) -> dict[str, str]:
+    """One record of ``scontrol show <what> --oneliner`` as ``{field: value}``."""
+    return dict(f.split("=", 1) for f in out.split() if "=" in f)
+
+
 def _scontrol_fields(*what: str) -> dict[str, str]:
     """``scontrol show <what> --oneliner`` as ``{field: value}``; ``{}`` without an answer."""
     try:
@@ -141,20 +146,13 @@ def _scontrol_fields(*what: str) -> dict[str, str]:
         ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return {}
-    return dict(f.split("=", 1) for f in out.split() if "=" in f)
+    return scontrol_fields(out)
 
 
 def preemption() -> dict[str, Any]:
     """What SLURM's preemption of this job is and what kiln does about it, or ``{}`` when
-    SLURM is not preempting it (``scontrol show job``: still ``RUNNING`` with a
-    ``PreemptTime``; a SIGTERM of ``scancel``, a time limit or SLURM's own requeue is not).
-
-    ``{"partition", "preempt_mode", "preempt_requeue", "requeued"}``: ``requeued`` says
-    whether kiln requeues the job once it is checkpointed. ``hydra.launcher.preempt_requeue``
-    decides: ``true`` always, ``false`` never (the job stops; a re-run of the sweep resumes
-    it), ``auto`` (the default) as the partition's ``PreemptMode`` says: not where it is
-    ``CANCEL`` (the site ends preempted jobs), else yes (``REQUEUE``; SLURM itself does not
-    requeue a job that ended within its grace time, so kiln does).
+    SLURM is not preempting it (:func:`preemption_of` this job's ``scontrol`` record and its
+    partition's).
 
     Asked on rank 0 of a submitit SLURM job only (the rank that requeues): ``{}`` elsewhere,
     and when ``scontrol`` gives no answer.
@@ -165,14 +163,32 @@ def preemption() -> dict[str, Any]:
     if os.environ.get("SLURM_PROCID", "0") != "0":
         return {}
     job = _scontrol_fields("job", job_id)
+    return preemption_of(job, lambda name: _scontrol_fields("partition", name), _preempt_requeue[0])
+
+
+def preemption_of(
+    job: dict[str, str], partition: Callable[[str], dict[str, str]], setting: str
+) -> dict[str, Any]:
+    """What SLURM's preemption of the job whose ``scontrol show job`` record is ``job`` is,
+    and what kiln does about it; ``{}`` when SLURM is not preempting it (preempted: still
+    ``RUNNING`` with a ``PreemptTime``; a SIGTERM of ``scancel``, a time limit or SLURM's own
+    requeue is not). ``partition(name)`` gives a partition's ``scontrol`` record.
+
+    ``{"partition", "preempt_mode", "preempt_requeue", "requeued"}``: ``requeued`` says
+    whether kiln requeues the job once it is checkpointed. ``setting``
+    (``hydra.launcher.preempt_requeue``) decides: ``true`` always, ``false`` never (the job
+    stops; a re-run of the sweep resumes it), ``auto`` (the default) as the partition's
+    ``PreemptMode`` says: not where it is ``CANCEL`` (the site ends preempted jobs), else yes
+    (``REQUEUE``; SLURM itself does not requeue a job that ended within its grace time, so
+    kiln does).
+    """
     if job.get("JobState") != "RUNNING" or job.get("PreemptTime", "None") == "None":
         return {}
-    partition = job.get("Partition", "")
-    mode = _scontrol_fields("partition", partition).get("PreemptMode", "unknown")
-    setting = _preempt_requeue[0]
+    name = job.get("Partition", "")
+    mode = partition(name).get("PreemptMode", "unknown")
     cancels = "CANCEL" in mode.upper().split(",")
     return {
-        "partition": partition,
+        "partition": name,
         "preempt_mode": mode,
         "preempt_requeue": setting,
         "requeued": setting == "true" or (setting == "auto" and not cancels),

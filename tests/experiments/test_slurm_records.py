@@ -1,11 +1,14 @@
 """What kiln reads from SLURM's own records, fed with output captured from the real
-``scontrol`` of the local cluster (``scripts/slurm_local.sh``; ``data/scontrol/``): whether a
-job is being preempted, and ``hydra.launcher.preempt_requeue=auto`` following its partition's
-``PreemptMode`` (``REQUEUE`` on ``low``, ``CANCEL`` on ``lowcancel``). The cluster tests
-(``test_slurm_multinode.py``) preempt real jobs; this proves the reading in make test.
+``scontrol`` and ``squeue`` of the local cluster (``scripts/slurm_local.sh``;
+``data/scontrol/``): whether a job is being preempted, ``hydra.launcher.preempt_requeue=auto``
+following its partition's ``PreemptMode`` (``REQUEUE`` on ``low``, ``CANCEL`` on
+``lowcancel``), the states of a sweep's jobs, and whether the cluster keeps accounting. The
+cluster tests (``test_slurm*.py``) run real jobs; these prove the reading in make test.
 
-Captured with ``scontrol show partition --oneliner`` and, for the preempted job, ``scontrol
-show job <id> --oneliner`` during its grace time, after a job on ``high`` took its nodes.
+Captured with ``scontrol show partition --oneliner``, ``scontrol show job <id> --oneliner``
+(a running job; a job of ``low`` in its grace time after a job of ``high`` took its nodes),
+``squeue --noheader --array --states=all --format='%i|%T'`` (a 2-task array running, a held
+job) and ``scontrol show config``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from kiln.experiments.launchers.slurm import preemption_of, scontrol_fields
+from kiln.experiments.launchers.slurm import (
+    accounting_in,
+    preemption_of,
+    scontrol_fields,
+    squeue_states,
+)
 
 DATA = Path(__file__).parent / "data" / "scontrol"
 
@@ -72,3 +80,15 @@ def test_a_running_job_nobody_preempts_is_not_preempted():
     assert preemption_of(job, _partition, "auto") == {}
     ended = {**_preempted_on("low"), "JobState": "COMPLETING"}
     assert preemption_of(ended, _partition, "true") == {}
+
+
+def test_squeue_gives_each_job_and_array_task_its_state():
+    states = squeue_states((DATA / "squeue-states.txt").read_text())
+    assert states == {"98_0": "RUNNING", "98_1": "RUNNING", "99": "PENDING"}
+
+
+def test_a_cluster_without_accounting_says_so_in_its_config():
+    config = (DATA / "config.txt").read_text()
+    assert not accounting_in(config)
+    kept = config.replace("accounting_storage/none", "accounting_storage/slurmdbd")
+    assert accounting_in(kept)

@@ -312,8 +312,13 @@ def slurm_states(job_ids: Sequence[str]) -> dict[str, str] | None:
     if proc.returncode != 0:
         # every id purged from the controller's memory (MinJobAge): none of them runs
         return {} if "Invalid job id" in proc.stderr else None
+    return squeue_states(proc.stdout)
+
+
+def squeue_states(out: str) -> dict[str, str]:
+    """``squeue --noheader --format=%i|%T``'s lines as ``{job id: state}``."""
     states = {}
-    for line in proc.stdout.splitlines():
+    for line in out.splitlines():
         job_id, _, state = line.strip().partition("|")
         if job_id:
             states[job_id] = state.strip()
@@ -373,7 +378,12 @@ def accounting_enabled() -> bool:
         )
     except (OSError, subprocess.TimeoutExpired):
         return True  # no answer: leave submitit as it is
-    for line in proc.stdout.splitlines():
+    return accounting_in(proc.stdout)
+
+
+def accounting_in(config: str) -> bool:
+    """Whether ``scontrol show config``'s output keeps accounting (no answer: assume so)."""
+    for line in config.splitlines():
         key, _, value = line.partition("=")
         if key.strip() == "AccountingStorageType":
             return value.strip() != "accounting_storage/none"

@@ -134,6 +134,16 @@ def _parse_script(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch)
         runpy.run_path(str(path), run_name="__main__")
 
 
+def _check_paths(name: str, args: list[str]) -> None:
+    """``pytest <paths>`` names tests of the checkout; ``pip install <path>`` a project of it
+    (test_plugin_configs.py installs the example plugin for real)."""
+    paths = [a for a in args if not a.startswith("-") and "/" in a]
+    if name == "pip":
+        assert args[:1] == ["install"], args
+        paths = [f"{p}/pyproject.toml" for p in paths]
+    assert paths and all((ROOT / p).exists() for p in paths), args
+
+
 def _run_command(argv: list[str], block: Block, monkeypatch: pytest.MonkeyPatch) -> None:
     name, args = program(argv)
     args = [_real_names(a) for a in args]
@@ -151,9 +161,8 @@ def _run_command(argv: list[str], block: Block, monkeypatch: pytest.MonkeyPatch)
         assert proc.returncode == 0, proc.stderr
         if make_args and targets == ["train"]:
             _compose("kiln-train", make_args[0].split())
-    elif name == "pytest":
-        paths = [a for a in args if not a.startswith("-") and "/" in a]
-        assert paths and all((ROOT / p).exists() for p in paths), argv
+    elif name in ("pytest", "pip") and not block.illustrative:
+        _check_paths(name, args)
     elif block.illustrative:
         pytest.skip(f"{block.where}: illustrative: {block.reason}")
     elif name in READ_ONLY:
@@ -377,6 +386,34 @@ def test_named_paths_and_links_exist(doc):
 
 
 CONFIG_KEY = re.compile(r"`(trainer|compile)\.(\w+)(?![\w.])")
+
+
+# `kiln.core.precision_audit(...)`, `kiln.models.testing`: a dotted name of kiln's in the prose
+KILN_NAME = re.compile(r"`(kiln\.(?:core|models|experiments)(?:\.\w+)+)")
+
+
+def _resolves(name: str) -> bool:
+    """Whether ``name`` is a module of kiln's or an attribute of one (imported as a user would)."""
+    import importlib
+
+    parts = name.split(".")
+    for cut in range(len(parts), 1, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(ROOT)) for d in DOCS])
+def test_named_kiln_objects_exist(doc):
+    missing = sorted({n for n in KILN_NAME.findall(doc.read_text()) if not _resolves(n)})
+    assert not missing, f"{doc.relative_to(ROOT)} names what kiln does not have: {missing}"
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(ROOT)) for d in DOCS])

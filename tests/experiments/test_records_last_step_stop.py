@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from train_helpers import FAST, explain, run_train, summary
 
 
+@pytest.mark.long  # two runs, 12 s on 2 cores: a further case of resuming a job
 def test_a_rerun_with_no_step_left_keeps_the_checkpoint_it_resumed_from(tmp_path):
     job_dir = tmp_path / "job"
     args = [*FAST, "trainer.max_steps=2", f"hydra.run.dir={job_dir}"]

@@ -120,6 +120,18 @@ def test_a_callbacks_state_with_no_callback_to_take_it_is_refused_by_name(tmp_pa
     assert not (tmp_path / "ckpt" / "step-00000006.ckpt").exists()  # refused: trained nothing
 
 
+def test_one_of_two_callbacks_states_left_behind_is_refused_by_name(tmp_path) -> None:
+    # the other callback takes its state: only the one left behind is named
+    slow = EMA(decay=0.5)
+    slow.state_key = "EMA-slow"
+    fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path, 4), callbacks=[EMA(decay=0.9), slow])
+    with pytest.raises(StateChangedError, match=r"callbacks/EMA-slow") as refused:
+        fit(ToyTokenModule(**MODULE_KW), trainer(tmp_path, 6, resume="auto"),
+            callbacks=[EMA(decay=0.9)])  # fmt: skip
+    assert "callbacks/EMA " not in f"{refused.value} "  # the EMA that came back took its own
+    assert not (tmp_path / "ckpt" / "step-00000006.ckpt").exists()
+
+
 def test_dropping_a_callbacks_state_deliberately_says_so_once(tmp_path, capsys) -> None:
     _ema_run(tmp_path)
     capsys.readouterr()

@@ -153,6 +153,7 @@ STUBS = (
             "tests/experiments/test_launchers.py",
             "tests/experiments/test_requeue_reason.py",
             "tests/experiments/test_slurm_multinode.py",
+            "tests/experiments/test_slurm_records.py",
         ),
         f"{EXP}/launchers/slurm.py",
         (('cancels = "CANCEL" in mode.upper().split(",")', "cancels = False  # stub"),),

@@ -26,6 +26,7 @@ from pathlib import Path
 
 FAST = ["debug=fast", "compile.backend=aot_eager", "trainer.max_steps=2"]
 LM = ["model=llama-tiny-lm", "data=lm_text", "data.num_train=64", "data.num_val=16"]
+LRS_100 = ",".join([f"{1e-4 * (i + 1):.4g}" for i in range(99)] + ["-1"])  # one bad of 100
 STREAM = ["model=llama-tiny-lm", "data=lm_corpus", "data.packing=true", "data.streaming=true"]
 
 
@@ -35,7 +36,7 @@ class Case:
     args: list[str]
     names: str  # what the refusal or warning must say
     expect: str = "refused"  # or "warned"
-    sweep: bool = False  # a -m sweep (the refusal comes from Hydra's launcher)
+    sweep: bool = False  # a -m sweep (refused whole before any job, or by job 0's record)
     on_job: str | None = None  # run against a copy of a finished job: train, eval or export
     remove: str | None = None  # what to delete from that copy first
 
@@ -116,6 +117,16 @@ CASES = [
         "hydra.launcher.preempt_requeue='maybe'",
         sweep=True,
     ),
+    # a sweep is checked whole before its first job starts (issue 46, item 1): refused naming
+    # the bad job, with no job trained
+    Case("sweep: lr=1e-3,-1", ["optimizer.lr=1e-3,-1"], "job #1 optimizer.lr=-1", sweep=True),
+    Case(
+        "sweep: packing=false,no",
+        [*LM, "data.packing=false,no"],
+        "job #1 data.packing=no",
+        sweep=True,
+    ),
+    Case("sweep: 100 jobs, #99 bad", [f"optimizer.lr={LRS_100}"], "job #99", sweep=True),
 ]
 
 

@@ -70,6 +70,18 @@ if SlurmLauncher is not None:
             ignore_stop_signals()  # the job ended as its record says: the task ends so too
             return result
 
+        @staticmethod
+        def check_settings(params: Any) -> None:
+            """Refuse a bad ``hydra.launcher`` key of kiln's: a sweep's check of every job
+            (:mod:`kiln.experiments.jobs.sweep_check`) calls this before anything is made.
+
+            Raises:
+                ValueError: One line naming the key, the value and what is valid.
+            """
+            from kiln.experiments.launchers.slurm import check_preempt_requeue
+
+            check_preempt_requeue(params.get("preempt_requeue", "auto"))
+
         def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Any:
             """Submit one SLURM job per Hydra job (an array), as ``SlurmLauncher`` does,
             and wait for their results

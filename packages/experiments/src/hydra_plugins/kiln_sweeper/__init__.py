@@ -22,12 +22,22 @@ BasicSweeper = basic_sweeper()
 
 
 class InterleavedSweeper(BasicSweeper):
-    """Hydra's basic sweeper, with the ``repeat`` override varying slowest (interleaved)."""
+    """Hydra's basic sweeper, with the ``repeat`` override varying slowest (interleaved).
+    kiln checks every job of the sweep before the sweeper starts
+    (:mod:`kiln.experiments.jobs.sweep_check`)."""
 
     @staticmethod
     def split_arguments(overrides: list[Any], max_batch_size: int | None) -> list[list[list[str]]]:
         ordered = sorted(overrides, key=lambda o: o.get_key_element() != REPEAT_KEY)
         return BasicSweeper.split_arguments(ordered, max_batch_size)
+
+    def validate_batch_is_legal(self, batch: Any) -> None:
+        """Hydra's check that each job's config composes, left out for the jobs kiln's check
+        of the whole sweep composed and checked already (``SweepConfigCheck``)."""
+        from kiln.experiments.jobs.sweep_check import checked
+
+        if not all(checked(job) for job in batch):
+            super().validate_batch_is_legal(batch)
 
 
 @dataclass

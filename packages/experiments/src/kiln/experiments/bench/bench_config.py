@@ -6,8 +6,9 @@ import math
 from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
 
-from kiln.experiments.settings.base import JobConfig
+from kiln.experiments.settings.base import JobConfig, check_known_keys
 from kiln.experiments.settings.resolvers import register_resolvers
 
 
@@ -68,7 +69,25 @@ class BenchConfig(JobConfig):
 
 
 def register_configs() -> None:
-    """Register ``bench_schema`` (the typed base of ``configs/bench.yaml``) and kiln's
-    resolvers (``${kiln_pt2_models:hf}`` in the suite sweeps)."""
+    """Register ``bench_schema`` (the typed base of ``configs/bench.yaml``), kiln's
+    resolvers (``${kiln_pt2_models:hf}`` in the suite sweeps), and :func:`validate` as the
+    check a sweep runs on each job before the first starts."""
+    from kiln.experiments.jobs.sweep_check import register_job_check
+
     register_resolvers()
     ConfigStore.instance().store(name="bench_schema", node=BenchConfig)
+    register_job_check("bench", validate)
+
+
+def validate(cfg: DictConfig) -> BenchConfig:
+    """A benchmark job's config stage: build the dataclasses from ``cfg``, running every
+    ``__post_init__`` check.
+
+    Raises:
+        ValueError: A key the schema does not know was added (``+bench.repeat=5``), or a
+            value is out of range; the message names the key and what is valid.
+    """
+    check_known_keys(cfg)  # a +key the schema lacks would be set and never read
+    settings = OmegaConf.to_object(cfg)  # runs every __post_init__ check
+    assert isinstance(settings, BenchConfig), type(settings)
+    return settings

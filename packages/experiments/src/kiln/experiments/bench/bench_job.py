@@ -6,11 +6,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from kiln.experiments.bench.bench_config import BenchConfig
+from kiln.experiments.bench.bench_config import BenchConfig, validate
 from kiln.experiments.bench.fields import SUMMARY_KEYS
 from kiln.experiments.jobs.compile_trace import compile_trace, log_trace
 from kiln.experiments.jobs.lifecycle import Lifecycle
-from kiln.experiments.settings.base import check_known_keys
 from kiln.experiments.settings.build import build_module, model_label
 from kiln.experiments.settings.job_info import BENCH, JobInfo
 from kiln.experiments.settings.suite_lists import is_suite_model
@@ -99,9 +98,7 @@ def run_bench_job(cfg: DictConfig, job: JobInfo) -> dict[str, Any]:
     A config that does not validate raises before anything is written; anything later
     (W&B trouble included) is a record with status ``error`` and its reason.
     """
-    check_known_keys(cfg)  # a +key the schema lacks would be set and never read
-    settings = OmegaConf.to_object(cfg)  # runs every __post_init__ check
-    assert isinstance(settings, BenchConfig), type(settings)
+    settings = validate(cfg)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
     label = model_label(resolved["model"])

@@ -1,6 +1,6 @@
-"""Hydra callbacks: the end-of-sweep check that makes a sweep with a failed job exit non-zero,
-the start-of-sweep check that a study optimizes the way its metric says, and the start-of-run
-check that the output directory is not a file.
+"""Hydra callbacks: the start-of-sweep check of every job's config, the end-of-sweep check that
+makes a sweep with a failed job exit non-zero, the start-of-sweep check that a study optimizes
+the way its metric says, and the start-of-run check that the output directory is not a file.
 
 Jobs catch their own exceptions (so one NaN or OOM does not stop the sweep) and record
 ``status`` in their result file. When the sweep ends, :class:`SweepStatus` reads every job's
@@ -22,6 +22,18 @@ from omegaconf import DictConfig
 from kiln.experiments.jobs.console import show_table, sweep_table
 from kiln.experiments.jobs.sweep_scan import scan_sweep
 from kiln.experiments.settings.job_info import FAILED_STATUSES, STOPPED
+
+
+class SweepConfigCheck(Callback):
+    """Before a sweep writes anything or starts a job: every job's config, composed as its
+    launcher will compose it, passes the command's config-stage check, or the sweep exits
+    (status 1) naming each bad job (:mod:`kiln.experiments.jobs.sweep_check`). Listed first
+    in ``configs/hydra/default.yaml``, so no other callback has touched the sweep directory."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from kiln.experiments.jobs.sweep_check import check_sweep
+
+        check_sweep(config)
 
 
 class StudyDirection(Callback):

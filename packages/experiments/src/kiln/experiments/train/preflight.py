@@ -69,6 +69,21 @@ def check_worker_processes(trainer: Any) -> None:
     )
 
 
+def check_machine(settings: TrainConfig) -> None:
+    """What the config stage checks of a valid config against this machine and the model
+    registry: the accelerator, the CPU workers, the model's name.
+
+    Raises:
+        ValueError: Names the value and what is valid here.
+    """
+    check_accelerator(settings.trainer.accelerator)
+    check_worker_processes(settings.trainer)
+    if settings.model:
+        from kiln.models import get_model_entry
+
+        get_model_entry(settings.model["name"])
+
+
 def warn_about_schedule(settings: TrainConfig) -> None:
     """Say now, in the config stage, when the learning rate's warm-up is not shorter than
     ``trainer.max_steps`` (``kiln.models.optim.say_if_warmup_fills_the_run``)."""

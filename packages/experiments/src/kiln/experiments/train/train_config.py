@@ -52,15 +52,39 @@ class TrainConfig(JobConfig):
 
 
 def register_configs() -> None:
-    """Register ``train_schema`` (the typed base of ``configs/train.yaml``)."""
+    """Register ``train_schema`` (the typed base of ``configs/train.yaml``), and
+    :func:`check_job` as the check a sweep runs on each job before the first starts."""
+    from kiln.experiments.jobs.sweep_check import register_job_check
+
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
     register_resolvers()  # ${kiln_if_cuda:...} in configs/launcher
+    register_job_check("train", check_job)
 
 
-def validate(cfg: DictConfig) -> TrainConfig:
+def check_job(cfg: DictConfig) -> TrainConfig:
+    """The config stage's checks of one job that read nothing of its job directory (the
+    resume and the checkpoint directory are the job's own to check): a sweep runs it on every
+    job before the first starts (:mod:`kiln.experiments.jobs.sweep_check`). Warnings are
+    left to the job.
+
+    Raises:
+        ValueError: As :func:`validate`, or the machine cannot run it
+            (:func:`kiln.experiments.train.preflight.check_machine`), or an explicit
+            ``trainer.resume`` with ``trainer.checkpoint_dir=null``.
+    """
+    from kiln.experiments.train import preflight, rerun
+
+    if OmegaConf.select(cfg, "trainer.checkpoint_dir") is None:
+        rerun.check_resume_without_dir(OmegaConf.select(cfg, "trainer.resume"))
+    settings = validate(cfg, warn=False)
+    preflight.check_machine(settings)
+    return settings
+
+
+def validate(cfg: DictConfig, warn: bool = True) -> TrainConfig:
     """Build the dataclasses from ``cfg``, running every ``__post_init__`` check, then check
     the groups without a schema (``data``, ``callbacks``, ``model``) against what reads them,
-    the model against the data, and warn about settings a run cannot honour.
+    the model against the data, and (``warn``) warn about settings a run cannot honour.
 
     Raises:
         ValueError: A value is out of range or of the wrong type, a key the schema or the
@@ -82,7 +106,8 @@ def validate(cfg: DictConfig) -> TrainConfig:
     check_groups(settings)
     check_model_fits_data(settings.model, settings.data)
     check_combinations(settings)
-    warn_about(settings)
+    if warn:
+        warn_about(settings)
     return settings
 
 

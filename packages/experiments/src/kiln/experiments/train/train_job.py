@@ -307,13 +307,8 @@ def _checked_config(
         rerun.set_from_step(job.output_dir, attempts, from_step)
     rerun.check_steps_left(from_step, checkpoint, trainer.max_steps)
     rerun.check_claim(resolved, checkpoint)
-    preflight.check_accelerator(trainer.accelerator)
-    preflight.check_worker_processes(trainer)
+    preflight.check_machine(settings)
     preflight.warn_about_schedule(settings)
-    if settings.model:
-        from kiln.models import get_model_entry
-
-        get_model_entry(settings.model["name"])
     return settings, resolved, checkpoint, from_step
 
 

@@ -7,6 +7,7 @@ itself there.)"""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,15 @@ def test_a_sweep_refused_into_an_earlier_sweep_exits_non_zero_and_keeps_its_reco
     after = {k: v for k, v in _bytes(sweep).items() if not k.startswith(".refused")}
     assert after == before  # multirun.yaml and each job's .hydra describe the first sweep
     assert b"optimizer.lr=1e-3,2e-3" in after["multirun.yaml"]
+
+
+def test_the_job_log_holds_lightnings_lines_whatever_was_imported_first(tmp_path, monkeypatch):
+    # Lightning imported before logging is set up (by a script that imports it first, or a
+    # test collection) gives its logger a handler of its own and stops it propagating
+    fabric_logger = logging.getLogger("lightning.fabric")
+    monkeypatch.setattr(fabric_logger, "propagate", False)
+    monkeypatch.setattr(fabric_logger, "handlers", [logging.StreamHandler()])
+    job = tmp_path / "J"
+    proc = run_train([*ARGS, "logger=none", f"hydra.run.dir={job}"], tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    assert "Seed set to" in (job / "train.log").read_text()

@@ -203,6 +203,8 @@ def run(case: Case, root: Path) -> tuple[str, str]:
             return "bad record", f"{record.get('status')} {record.get('error_stage')}: {error}"[
                 :150
             ]
+    if record is None:  # refused before any job (Hydra, or kiln's check of the whole sweep)
+        error = next((line for line in proc.stderr.splitlines() if case.names in line), error)
     return "refused", error.strip().splitlines()[0][:150]
 
 

@@ -1,6 +1,6 @@
 # kiln: two commands on a fresh machine with Python 3.11+ and pip.
 #   make train   the embedded default run (packaged MiniLM on kiln's generated text, CPU)
-#   make test    the fast tier of the test suite (about 9 minutes on 2 cores: docs/benchmarks.md)
+#   make test    the fast tier of the test suite (its time: docs/development.md)
 #   make test-all  the full tier: + real-process and SLURM tests (what CI runs)
 #   make bench   a small compile x precision benchmark sweep on the CPU, and its report
 #   make test-slurm  start a local two-node SLURM cluster (root), then the `slurm` tests

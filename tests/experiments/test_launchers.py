@@ -78,9 +78,13 @@ def test_a_bad_preempt_requeue_is_refused_in_one_line_before_any_job_is_submitte
         capture_output=True, text=True, cwd=tmp_path, env=user_env(), timeout=300,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr
-    assert proc.stderr.startswith(
-        "hydra.launcher.preempt_requeue='maybe' is not valid: auto (requeue a preempted job "
-        "unless its partition's PreemptMode is CANCEL), true (always) or false (never)\n"
-    ), proc.stderr
+    # the sweep's check of every job's config refuses it, the launcher's keys with them
+    lines = proc.stderr.splitlines()
+    assert "sweep refused before any job started" in proc.stderr, proc.stderr
+    assert (
+        "launcher: hydra.launcher.preempt_requeue='maybe' is not valid: auto (requeue a "
+        "preempted job unless its partition's PreemptMode is CANCEL), true (always) or false "
+        "(never)"
+    ) in lines, proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (sweep_dir / ".submitit").exists()  # nothing reached SLURM

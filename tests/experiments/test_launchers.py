@@ -64,6 +64,8 @@ def test_slurm_preempt_requeue_defaults_to_auto_and_takes_a_boolean():
     assert check_preempt_requeue(no.launcher.preempt_requeue) == "false"
 
 
+# a fresh interpreter (about 12 s); test_sweep_checked_whole.py refuses the key in-process
+@pytest.mark.long
 def test_a_bad_preempt_requeue_is_refused_in_one_line_before_any_job_is_submitted(tmp_path):
     import subprocess
     import sys

@@ -28,8 +28,10 @@ HOLD_S = 300
 _finish_tracker = Lifecycle._finish_tracker
 
 
-def _rank_zero() -> bool:
-    return os.environ.get("SLURM_PROCID", "0") == "0"
+def _rank_zero_of_a_job() -> bool:
+    """Rank 0 of the SLURM job, not the sweep's own process (which loads the plugin too when
+    it checks every job's config before submitting)."""
+    return "SLURM_JOB_ID" in os.environ and os.environ.get("SLURM_PROCID", "0") == "0"
 
 
 def _held_end(self: Lifecycle) -> None:
@@ -46,6 +48,6 @@ if os.environ.get("KILN_TEST_HOLD_END"):
     Lifecycle._finish_tracker = _held_end  # type: ignore[method-assign]
 
 _start = os.environ.get("KILN_TEST_HOLD_START")
-if _start and _rank_zero() and not Path(_start).exists():
+if _start and _rank_zero_of_a_job() and not Path(_start).exists():
     Path(_start).touch()
     time.sleep(HOLD_S)

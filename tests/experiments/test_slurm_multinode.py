@@ -364,7 +364,8 @@ def test_a_job_preempted_by_a_higher_priority_partition_checkpoints_requeues_and
     # the sweep again: the job is skipped, its record stays, its W&B run gets what it lacks
     preempted = summary(job_dir)
     (tmp_path / "sweep.log").rename(tmp_path / "sweep-preempted.log")
-    sweep, _ = start_sweep(tmp_path, args, partition="low")
+    # the plugin on the path (the sweep checks every job's config, plugins loaded), no hold
+    sweep, _ = start_sweep(tmp_path, args, partition="low", env={"PYTHONPATH": env["PYTHONPATH"]})
     end(sweep, timeout=900)
     assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-6000:]
     assert summary(job_dir) == preempted
